@@ -25,6 +25,7 @@ import triton
 import triton.language as tl
 
 from compress.errors import CompressError
+from kernels import vptq_cuda
 from kernels._common import check_activation, check_device, plan_split_k, splitk_buffers, splitk_epilogue
 
 # Decode GEMV up to this many tokens; above, dequantize once and use the dense GEMM.
@@ -259,7 +260,11 @@ def _linear_impl(x, n, indices, codebook, index_bits, res_indices, res_codebook,
     if m == 0:
         return out.reshape(*lead, n)
     if not has_out:
-        _gemv(x2, n, indices, codebook, index_bits, res_indices, res_codebook, res_index_bits, scale, bias, out)
+        if vptq_cuda.supports(x2, n, codebook, index_bits, res_codebook, res_index_bits, scale, bias) and \
+                indices.is_contiguous() and (res_indices is None or res_indices.is_contiguous()):
+            vptq_cuda.gemv(x2, n, indices, codebook, index_bits, res_indices, res_codebook, res_index_bits, scale, bias, out)
+        else:
+            _gemv(x2, n, indices, codebook, index_bits, res_indices, res_codebook, res_index_bits, scale, bias, out)
         return out.reshape(*lead, n)
     cols = outlier_cols.long()
     _check(what, n, cols.numel(), outlier_indices, outlier_codebook, outlier_index_bits, None, None, None, scale, bias)

@@ -89,3 +89,71 @@ def test_vptq_real_shapes_gpu(n, k, main, res, m):
     d = make_vptq(n, k, main, res, DEVICE)
     x = torch.randn(m, k, device=DEVICE).half()
     assert rel_err(vptq_linear(x, n, **d), vptq_linear_ref(x, n, **d)) < 3e-3
+
+
+# --------------------------------------------------------------------------- CUDA C++ GEMV (GPU only)
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+def test_vptq_cuda_declines_cpu_and_unsupported():
+    from kernels import vptq_cuda
+
+    d = make_vptq(64, 16, 4096, 256, "cpu")
+    x = torch.randn(1, 16).half()
+    assert not vptq_cuda.supports(x, 64, d["codebook"], 12, d["res_codebook"], 8, d["scale"], d["bias"])
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("n,k,main,res,dtype", [
+    (1024, 1024, 4096, 256, torch.float16), (4096, 4096, 8192, 512, torch.float16),
+    (14336, 4096, 4096, 512, torch.bfloat16), (1032, 333, 4096, 256, torch.float16),  # odd: partial tiles, short K
+    (2056, 100, 8192, 0, torch.float16), (53248, 1024, 8192, 512, torch.float16), (8192, 16384, 8192, 256, torch.float16)])
+def test_vptq_cuda_gemv_matches_reference(n, k, main, res, dtype):
+    from kernels import vptq_cuda
+
+    d = make_vptq(n, k, main, res, DEVICE, seed=n ^ k)
+    x = torch.randn(1, k, device=DEVICE).to(dtype)
+    assert vptq_cuda.supports(x, n, d["codebook"], d["index_bits"], d.get("res_codebook"), d.get("res_index_bits"),
+                              d["scale"], d["bias"])
+    outs = []
+    for _ in range(2):  # the second call checks that the tile counters were left at zero
+        out = torch.full((1, n), float("nan"), device=DEVICE, dtype=dtype)
+        vptq_cuda.gemv(x, n, d["indices"], d["codebook"], d["index_bits"], d.get("res_indices"), d.get("res_codebook"),
+                       d.get("res_index_bits"), d["scale"], d["bias"], out)
+        outs.append(out)
+    assert rel_err(outs[0], vptq_linear_ref(x, n, **d)) < (3e-3 if dtype == torch.float16 else 1.2e-2)
+    assert torch.equal(outs[0], outs[1])  # deterministic: fixed-order reduction
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("gt,ctas", [(4, 1), (4, 7), (8, 3), (8, 132), (4, 200)])
+@pytest.mark.parametrize("norm", [True, False])
+def test_vptq_cuda_plans(gt, ctas, norm):
+    from kernels import vptq_cuda
+
+    n, k = 4096, 2048
+    d = make_vptq(n, k, 4096, 256, DEVICE, seed=gt * ctas, scale=norm, bias=norm)
+    x = torch.randn(1, k, device=DEVICE).half()
+    out = torch.full((1, n), float("nan"), device=DEVICE, dtype=x.dtype)
+    vptq_cuda.gemv(x, n, d["indices"], d["codebook"], 12, d["res_indices"], d["res_codebook"], 8, d["scale"], d["bias"], out,
+                   gt=gt, ctas=ctas)
+    assert rel_err(out, vptq_linear_ref(x, n, **d)) < 3e-3
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_vptq_linear_cuda_graph_replay():
+    n, k = 14336, 4096
+    d = make_vptq(n, k, 8192, 512, DEVICE, seed=5)
+    x = torch.randn(1, k, device=DEVICE).half()
+    vptq_linear(x, n, **d)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y = vptq_linear(x, n, **d)
+    for _ in range(3):
+        x.copy_(torch.randn(1, k, device=DEVICE).half())
+        g.replay()
+        assert rel_err(y, vptq_linear_ref(x, n, **d)) < 3e-3
