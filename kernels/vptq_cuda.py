@@ -32,6 +32,8 @@ RES_BITS = (0, 8, 9)
 # Vector slots per CTA below which fewer CTAs than SMs run: each CTA loads the whole codebook
 # (64-128 KB), so for small layers the codebook copies, not the weights, would dominate.
 VECTORS_PER_CTA = 4096
+# CTAs per cluster sharing one L2 read of the main codebook (bulk-copy multicast); 1 = plain copies.
+CLUSTER = 1
 
 _lock = threading.Lock()
 _lib: ctypes.CDLL | None = None
@@ -89,7 +91,8 @@ def build(device: torch.device) -> ctypes.CDLL:
         so.vptq_gemv.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
                                  ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
                                  ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
-                                 ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+                                 ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                                 ctypes.c_void_p]
         so.vptq_gemv_workspace_floats.restype = ctypes.c_long
         so.vptq_gemv_workspace_floats.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int]
         so.vptq_gemv_smem_bytes.restype = ctypes.c_long
@@ -156,7 +159,7 @@ def plan(n: int, k: int, device: torch.device, gt: int | None = None, ctas: int 
 def gemv(x2: torch.Tensor, n: int, indices: torch.Tensor, codebook: torch.Tensor, index_bits: int,
          res_indices: torch.Tensor | None, res_codebook: torch.Tensor | None, res_index_bits: int | None,
          scale: torch.Tensor | None, bias: torch.Tensor | None, out: torch.Tensor, gt: int | None = None,
-         ctas: int | None = None) -> torch.Tensor:
+         ctas: int | None = None, cluster: int | None = None) -> torch.Tensor:
     """out (1, n) = x2 (1, K) @ W_hat^T. Caller has checked shapes (vptq._check) and `supports`."""
     lib = build(x2.device)
     k = indices.shape[0]
@@ -171,8 +174,8 @@ def gemv(x2: torch.Tensor, n: int, indices: torch.Tensor, codebook: torch.Tensor
         res_codebook.shape[0] if has_res else 0, res_index_bits if has_res else 0,
         scale.data_ptr() if scale is not None else None, bias.data_ptr() if bias is not None else None, out.data_ptr(),
         ws.data_ptr(), cnt.data_ptr(), n, k, indices.shape[1], res_indices.shape[1] if has_res else 1, gt, ctas,
-        torch.cuda.current_stream(x2.device).cuda_stream)
+        cluster or CLUSTER, torch.cuda.current_stream(x2.device).cuda_stream)
     if rc != 0:
         raise CompressError(f"vptq CUDA kernel: launch failed with code {rc} (n={n}, k={k}, bits={index_bits}/"
-                            f"{res_index_bits}, gt={gt}, ctas={ctas})")
+                            f"{res_index_bits}, gt={gt}, ctas={ctas}, cluster={cluster or CLUSTER})")
     return out

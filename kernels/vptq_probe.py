@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
@@ -104,6 +105,9 @@ def main() -> None:
                     variants[f"cuda_c{c}"] = {"ctas": c}
             if n // 8 >= 256:
                 variants["cuda_gt4"] = {"gt": 4}
+            for cl in () if os.environ.get("VPTQ_PROBE_NO_CLUSTER") else (2, 4):
+                variants[f"cuda_cl{cl}"] = {"cluster": cl}
+                variants[f"cuda_cl{cl}_c{ctas_def // 2}"] = {"cluster": cl, "ctas": max(cl, ctas_def // 2)}
             row = {"in": k, "out": n, "main": main_c, "res": res_c, "plan": [gt_def, ctas_def],
                    "torch_ms": time_ms(lambda: F.linear(x, w)), "triton_ms": time_ms(triton_call)}
             row["triton_err"] = rel_err(triton_call(), ref)

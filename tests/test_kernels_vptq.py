@@ -128,18 +128,21 @@ def test_vptq_cuda_gemv_matches_reference(n, k, main, res, dtype):
 
 @pytest.mark.gpu
 @needs_cuda
-@pytest.mark.parametrize("gt,ctas", [(4, 1), (4, 7), (8, 3), (8, 132), (4, 200)])
+@pytest.mark.parametrize("gt,ctas,cluster", [(4, 1, 1), (4, 7, 1), (8, 3, 1), (8, 132, 1), (4, 200, 1), (8, 132, 2),
+                                             (4, 7, 2), (8, 66, 4), (8, 5, 4)])
 @pytest.mark.parametrize("norm", [True, False])
-def test_vptq_cuda_plans(gt, ctas, norm):
+def test_vptq_cuda_plans(gt, ctas, cluster, norm):
     from kernels import vptq_cuda
 
     n, k = 4096, 2048
-    d = make_vptq(n, k, 4096, 256, DEVICE, seed=gt * ctas, scale=norm, bias=norm)
+    d = make_vptq(n, k, 8192, 512, DEVICE, seed=gt * ctas, scale=norm, bias=norm)
     x = torch.randn(1, k, device=DEVICE).half()
-    out = torch.full((1, n), float("nan"), device=DEVICE, dtype=x.dtype)
-    vptq_cuda.gemv(x, n, d["indices"], d["codebook"], 12, d["res_indices"], d["res_codebook"], 8, d["scale"], d["bias"], out,
-                   gt=gt, ctas=ctas)
-    assert rel_err(out, vptq_linear_ref(x, n, **d)) < 3e-3
+    ref = vptq_linear_ref(x, n, **d)
+    for _ in range(2):
+        out = torch.full((1, n), float("nan"), device=DEVICE, dtype=x.dtype)
+        vptq_cuda.gemv(x, n, d["indices"], d["codebook"], 13, d["res_indices"], d["res_codebook"], 9, d["scale"], d["bias"],
+                       out, gt=gt, ctas=ctas, cluster=cluster)
+        assert rel_err(out, ref) < 3e-3
 
 
 @pytest.mark.gpu

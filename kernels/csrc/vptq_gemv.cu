@@ -55,6 +55,51 @@ template <typename T> __device__ __forceinline__ T from_f32(float v);
 template <> __device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half_rn(v); }
 template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+// Cluster multicast of the main codebook (Hopper bulk copy engine): CTA rank r of a cluster of cl
+// copies slice r of the codebook into the shared memory of every CTA of the cluster, so the L2
+// serves each codebook byte once per cluster instead of once per CTA.
+__device__ __forceinline__ void cluster_sync_all() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void load_codebook_multicast(unsigned char* s_main, const uint4* cb, int kc, int cl,
+                                                        uint64_t* bar) {
+  const uint32_t b = smem_u32(bar);
+  if (threadIdx.x == 0) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(b));
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  cluster_sync_all();  // every CTA's barrier exists before any peer's copy can signal it
+  if (threadIdx.x == 0) {
+    const uint32_t bytes = static_cast<uint32_t>(kc) * 16u;
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(b), "r"(bytes) : "memory");
+    const uint32_t rank = cluster_rank();
+    const uint32_t rows = (static_cast<uint32_t>(kc) + cl - 1) / cl;
+    const uint32_t r0 = rank * rows, r1 = min(static_cast<uint32_t>(kc), r0 + rows);
+    const uint16_t mask = static_cast<uint16_t>((1u << cl) - 1u);
+    for (uint32_t r = r0; r < r1; r += 1024) {  // 16 KB pieces
+      const uint32_t n = min(1024u, r1 - r) * 16u;
+      asm volatile(
+          "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1], %2, [%3], %4;\n"
+          ::"r"(smem_u32(s_main + r * 16)), "l"(cb + r), "r"(n), "r"(b), "h"(mask) : "memory");
+    }
+  }
+}
+__device__ __forceinline__ void wait_codebook_multicast(uint64_t* bar) {
+  const uint32_t b = smem_u32(bar);
+  uint32_t done = 0;
+  while (!done) {
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done) : "r"(b) : "memory");
+  }
+}
+
 __device__ __forceinline__ uint32_t ld_word(const int32_t* p) {
   return static_cast<uint32_t>(__ldg(p));
 }
@@ -96,7 +141,7 @@ __global__ void __launch_bounds__(THREADS, 1)
 vptq_gemv_kernel(const uint16_t* __restrict__ x, const int32_t* __restrict__ idx, const uint4* __restrict__ cb, int kc,
                  const int32_t* __restrict__ ridx, const uint4* __restrict__ rcb, int kr,
                  const __half* __restrict__ scale, const __half* __restrict__ bias, XT* __restrict__ out,
-                 float* __restrict__ ws, int* __restrict__ counters, int N, int K, int IW, int RW, int per) {
+                 float* __restrict__ ws, int* __restrict__ counters, int N, int K, int IW, int RW, int per, int cl) {
   using SM = Stream<GT, B>;
   using SR = Stream<GT, RB ? RB : 1>;
   constexpr int SLOTS = 32 * GT;           // vector slots per tile
@@ -111,6 +156,7 @@ vptq_gemv_kernel(const uint16_t* __restrict__ x, const int32_t* __restrict__ idx
   float* s_red = reinterpret_cast<float*>(s_res + (size_t)(RB ? kr : 0) * 128);  // WARPS x 512 floats
   __shared__ float s_xsum[WARPS];
   __shared__ int s_last;
+  __shared__ __align__(8) uint64_t s_bar;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int NG = N / 8;
@@ -119,12 +165,16 @@ vptq_gemv_kernel(const uint16_t* __restrict__ x, const int32_t* __restrict__ idx
   const long a = (long)blockIdx.x * per;
   const long b = min(total, a + per);
 
-  // 1. Codebooks into shared memory (async copy for the main one, so index loads overlap it).
-  for (int r = tid; r < kc; r += THREADS) {
-    uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(s_main + (size_t)r * 16));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(cb + r));
+  // 1. Codebooks into shared memory (async copy for the main one, so the residual copies overlap it).
+  if (cl > 1) {
+    load_codebook_multicast(s_main, cb, kc, cl, &s_bar);
+  } else {
+    for (int r = tid; r < kc; r += THREADS) {
+      uint32_t dst = smem_u32(s_main + (size_t)r * 16);
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(cb + r));
+    }
+    asm volatile("cp.async.commit_group;\n" ::);
   }
-  asm volatile("cp.async.commit_group;\n" ::);
   if constexpr (RB > 0) {
     for (int r = tid; r < kr; r += THREADS) {
       uint4 v = __ldg(rcb + r);
@@ -133,7 +183,8 @@ vptq_gemv_kernel(const uint16_t* __restrict__ x, const int32_t* __restrict__ idx
       for (int c = 0; c < 8; ++c) d[c] = v;
     }
   }
-  asm volatile("cp.async.wait_all;\n" ::);
+  if (cl > 1) wait_codebook_multicast(&s_bar);
+  else asm volatile("cp.async.wait_all;\n" ::);
   __syncthreads();
 
   const uint32_t lane_res = static_cast<uint32_t>(lane & 7) * 16;
@@ -287,11 +338,9 @@ vptq_gemv_kernel(const uint16_t* __restrict__ x, const int32_t* __restrict__ idx
 template <typename XT, int B, int RB, int GT>
 int launch_one(const void* x, const int32_t* idx, const void* cb, int kc, const int32_t* ridx, const void* rcb, int kr,
                const void* scale, const void* bias, void* out, float* ws, int* counters, int N, int K, int IW, int RW,
-               int ctas, cudaStream_t stream) {
+               int ctas, int cl, cudaStream_t stream) {
   const int NG = N / 8, T = (NG + 32 * GT - 1) / (32 * GT);
   const long total = (long)T * K;
-  const int per = static_cast<int>((total + ctas - 1) / ctas);
-  const int grid = static_cast<int>((total + per - 1) / per);
   const size_t smem = (size_t)kc * 16 + (size_t)(RB ? kr : 0) * 128 + (size_t)WARPS * 512 * 4;
   auto kern = vptq_gemv_kernel<XT, B, RB, GT>;
   static size_t configured = 0;  // per instantiation
@@ -300,30 +349,66 @@ int launch_one(const void* x, const int32_t* idx, const void* cb, int kc, const 
     if (e != cudaSuccess) return static_cast<int>(e);
     configured = smem;
   }
-  kern<<<grid, THREADS, smem, stream>>>(static_cast<const uint16_t*>(x), idx, static_cast<const uint4*>(cb), kc, ridx,
-                                        static_cast<const uint4*>(rcb), kr, static_cast<const __half*>(scale),
-                                        static_cast<const __half*>(bias), static_cast<XT*>(out), ws, counters, N, K, IW, RW,
-                                        per);
+  int per = static_cast<int>((total + ctas - 1) / ctas);
+  int grid = static_cast<int>((total + per - 1) / per);
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[1];
+  cfg.blockDim = dim3(THREADS);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  if (cl > 1) {
+    // Whole clusters only, and no more than fit at once (one CTA per SM; a GPC may not hold a
+    // multiple of cl SMs), so that every CTA runs in the first and only wave.
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = cl;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    cfg.gridDim = dim3((grid + cl - 1) / cl * cl);
+    static int fits[9] = {0};  // per instantiation and cluster size (same smem every call: k, kr fixed per layer type)
+    static size_t fits_smem[9] = {0};
+    if (cl > 8) return -2;
+    if (fits_smem[cl] != smem) {
+      int max_clusters = 0;
+      cudaError_t e = cudaOccupancyMaxActiveClusters(&max_clusters, kern, &cfg);
+      if (e != cudaSuccess) return static_cast<int>(e);
+      fits[cl] = max_clusters;
+      fits_smem[cl] = smem;
+    }
+    const int max_clusters = fits[cl];
+    if (max_clusters < 1) return -2;
+    grid = min(grid, max_clusters * cl);
+    per = static_cast<int>((total + grid - 1) / grid);
+    grid = static_cast<int>((total + per - 1) / per);
+    grid = (grid + cl - 1) / cl * cl;  // trailing CTAs without work still load their share of the codebook
+  }
+  cfg.gridDim = dim3(grid);
+  cudaError_t e = cudaLaunchKernelEx(&cfg, kern, static_cast<const uint16_t*>(x), idx, static_cast<const uint4*>(cb), kc, ridx,
+                                     static_cast<const uint4*>(rcb), kr, static_cast<const __half*>(scale),
+                                     static_cast<const __half*>(bias), static_cast<XT*>(out), ws, counters, N, K, IW, RW, per,
+                                     cl);
+  if (e != cudaSuccess) return static_cast<int>(e);
   return static_cast<int>(cudaGetLastError());
 }
 
 template <typename XT, int B, int RB>
 int by_gt(int gt, const void* x, const int32_t* idx, const void* cb, int kc, const int32_t* ridx, const void* rcb, int kr,
           const void* scale, const void* bias, void* out, float* ws, int* counters, int N, int K, int IW, int RW, int ctas,
-          cudaStream_t stream) {
-  if (gt == 4) return launch_one<XT, B, RB, 4>(x, idx, cb, kc, ridx, rcb, kr, scale, bias, out, ws, counters, N, K, IW, RW, ctas, stream);
-  if (gt == 8) return launch_one<XT, B, RB, 8>(x, idx, cb, kc, ridx, rcb, kr, scale, bias, out, ws, counters, N, K, IW, RW, ctas, stream);
+          int cl, cudaStream_t stream) {
+  if (gt == 4) return launch_one<XT, B, RB, 4>(x, idx, cb, kc, ridx, rcb, kr, scale, bias, out, ws, counters, N, K, IW, RW, ctas, cl, stream);
+  if (gt == 8) return launch_one<XT, B, RB, 8>(x, idx, cb, kc, ridx, rcb, kr, scale, bias, out, ws, counters, N, K, IW, RW, ctas, cl, stream);
   return -1;
 }
 
 template <typename XT, int B>
 int by_rb(int rb, int gt, const void* x, const int32_t* idx, const void* cb, int kc, const int32_t* ridx, const void* rcb,
           int kr, const void* scale, const void* bias, void* out, float* ws, int* counters, int N, int K, int IW, int RW,
-          int ctas, cudaStream_t stream) {
+          int ctas, int cl, cudaStream_t stream) {
   switch (rb) {
-    case 0: return by_gt<XT, B, 0>(gt, x, idx, cb, kc, ridx, rcb, kr, scale, bias, out, ws, counters, N, K, IW, RW, ctas, stream);
-    case 8: return by_gt<XT, B, 8>(gt, x, idx, cb, kc, ridx, rcb, kr, scale, bias, out, ws, counters, N, K, IW, RW, ctas, stream);
-    case 9: return by_gt<XT, B, 9>(gt, x, idx, cb, kc, ridx, rcb, kr, scale, bias, out, ws, counters, N, K, IW, RW, ctas, stream);
+    case 0: return by_gt<XT, B, 0>(gt, x, idx, cb, kc, ridx, rcb, kr, scale, bias, out, ws, counters, N, K, IW, RW, ctas, cl, stream);
+    case 8: return by_gt<XT, B, 8>(gt, x, idx, cb, kc, ridx, rcb, kr, scale, bias, out, ws, counters, N, K, IW, RW, ctas, cl, stream);
+    case 9: return by_gt<XT, B, 9>(gt, x, idx, cb, kc, ridx, rcb, kr, scale, bias, out, ws, counters, N, K, IW, RW, ctas, cl, stream);
   }
   return -1;
 }
@@ -331,10 +416,10 @@ int by_rb(int rb, int gt, const void* x, const int32_t* idx, const void* cb, int
 template <typename XT>
 int by_b(int b, int rb, int gt, const void* x, const int32_t* idx, const void* cb, int kc, const int32_t* ridx,
          const void* rcb, int kr, const void* scale, const void* bias, void* out, float* ws, int* counters, int N, int K,
-         int IW, int RW, int ctas, cudaStream_t stream) {
+         int IW, int RW, int ctas, int cl, cudaStream_t stream) {
   switch (b) {
-    case 12: return by_rb<XT, 12>(rb, gt, x, idx, cb, kc, ridx, rcb, kr, scale, bias, out, ws, counters, N, K, IW, RW, ctas, stream);
-    case 13: return by_rb<XT, 13>(rb, gt, x, idx, cb, kc, ridx, rcb, kr, scale, bias, out, ws, counters, N, K, IW, RW, ctas, stream);
+    case 12: return by_rb<XT, 12>(rb, gt, x, idx, cb, kc, ridx, rcb, kr, scale, bias, out, ws, counters, N, K, IW, RW, ctas, cl, stream);
+    case 13: return by_rb<XT, 13>(rb, gt, x, idx, cb, kc, ridx, rcb, kr, scale, bias, out, ws, counters, N, K, IW, RW, ctas, cl, stream);
   }
   return -1;
 }
@@ -352,15 +437,16 @@ long vptq_gemv_workspace_floats(int N, int gt, int ctas) {
 // Shared-memory bytes per CTA.
 long vptq_gemv_smem_bytes(int kc, int kr) { return (long)kc * 16 + (long)kr * 128 + (long)WARPS * 512 * 4; }
 
-// Returns 0, a cudaError_t, or -1 for a (bits, residual bits, gt) combination that is not compiled.
+// Returns 0, a cudaError_t, -1 for a (bits, residual bits, gt) combination that is not compiled, or -2
+// when no cluster of `cl` CTAs fits. cl = 1: plain launch; 2..8: codebook multicast within clusters.
 // counters: at least `tiles` int32 zeros (left at zero on return).
 int vptq_gemv(const void* x, int x_is_bf16, const int32_t* idx, const void* cb, int kc, int b, const int32_t* ridx,
               const void* rcb, int kr, int rb, const void* scale, const void* bias, void* out, float* ws, int* counters,
-              int N, int K, int IW, int RW, int gt, int ctas, void* stream) {
+              int N, int K, int IW, int RW, int gt, int ctas, int cl, void* stream) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   if (x_is_bf16)
-    return by_b<__nv_bfloat16>(b, rb, gt, x, idx, cb, kc, ridx, rcb, kr, scale, bias, out, ws, counters, N, K, IW, RW, ctas, s);
-  return by_b<__half>(b, rb, gt, x, idx, cb, kc, ridx, rcb, kr, scale, bias, out, ws, counters, N, K, IW, RW, ctas, s);
+    return by_b<__nv_bfloat16>(b, rb, gt, x, idx, cb, kc, ridx, rcb, kr, scale, bias, out, ws, counters, N, K, IW, RW, ctas, cl, s);
+  return by_b<__half>(b, rb, gt, x, idx, cb, kc, ridx, rcb, kr, scale, bias, out, ws, counters, N, K, IW, RW, ctas, cl, s);
 }
 
 }  // extern "C"
