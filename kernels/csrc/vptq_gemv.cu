@@ -308,29 +308,55 @@ vptq_gemv_kernel(const uint16_t* __restrict__ x, const int32_t* __restrict__ idx
     __syncthreads();
     if (s_last) {
       // 3. Last CTA of tile t: sum the partials in CTA order, apply scale / bias, write y.
+      // One float4 of the tile per thread (GT=4: two threads per float4, each over half the
+      // partials, combined in shared memory), 16 loads in flight: the partials sit in L2, so the
+      // tail costs about ceil(nparts / 16) L2 round trips.
       __threadfence();
       const float* parts = ws + (long)(first + t) * SLOTF;
       float sx = 0.f;
-      if (bias != nullptr)
-        for (int p = 0; p < nparts; ++p) sx += __ldcg(parts + (long)p * SLOTF + TILEF);
+      if (bias != nullptr) {  // every warp computes the same x sum in the same order
+        for (int p = lane; p < nparts; p += 32) sx += __ldcg(parts + (long)p * SLOTF + TILEF);
 #pragma unroll
-      for (int rr = 0; rr < ROUNDS; ++rr) {
-        const int f = rr * 512 + tid;
-        float s = 0.f;
-#pragma unroll 8
-        for (int p = 0; p < nparts; ++p) s += __ldcg(parts + (long)p * SLOTF + f);
-        // Buffer position f = rr*512 + (k4*32 + lane')*4 + comp  ->  slot q, element i of lane'.
-        const int comp = tid & 3, ln = (tid >> 2) & 31, k4 = tid >> 7;
-        const int q = 2 * rr + k4 / 2, i = (k4 % 2) * 4 + comp;
-        const long n = ((long)(t * 32 + ln) * GT + q) * 8 + i;
-        if (n < N) {
-          float y = s;
-          if (scale != nullptr) y *= __half2float(scale[n]);
-          if (bias != nullptr) y += __half2float(bias[n]) * sx;
-          out[n] = from_f32<XT>(y);
+        for (int o = 16; o > 0; o >>= 1) sx += __shfl_xor_sync(0xFFFFFFFFu, sx, o);
+      }
+      constexpr int F4 = TILEF / 4;           // float4s per tile: 512 (GT=8) or 256 (GT=4)
+      constexpr int SPLIT = THREADS / F4;     // threads per float4
+      const int f4 = tid % F4, h = tid / F4;
+      const int p0 = nparts * h / SPLIT, p1 = nparts * (h + 1) / SPLIT;
+      float4 s4 = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 16
+      for (int p = p0; p < p1; ++p) {
+        const float4 v = __ldcg(reinterpret_cast<const float4*>(parts + (long)p * SLOTF) + f4);
+        s4.x += v.x; s4.y += v.y; s4.z += v.z; s4.w += v.w;
+      }
+      if constexpr (SPLIT > 1) {
+        float4* s_half = reinterpret_cast<float4*>(s_red);
+        if (h == 1) s_half[f4] = s4;
+        __syncthreads();
+        if (h == 0) {
+          const float4 v = s_half[f4];
+          s4.x += v.x; s4.y += v.y; s4.z += v.z; s4.w += v.w;
+        }
+      }
+      if (h == 0) {
+        // Buffer position f = 4*f4 + comp = rr*512 + (k4*32 + lane')*4 + comp -> slot q, element i of lane'.
+        const int rr = f4 / 128, r = f4 % 128, ln = r % 32, k4 = r / 32;
+        const int q = 2 * rr + k4 / 2, i0 = (k4 % 2) * 4;
+        const long n0 = ((long)(t * 32 + ln) * GT + q) * 8 + i0;
+        const float sv[4] = {s4.x, s4.y, s4.z, s4.w};
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const long n = n0 + c;
+          if (n < N) {
+            float y = sv[c];
+            if (scale != nullptr) y *= __half2float(scale[n]);
+            if (bias != nullptr) y += __half2float(bias[n]) * sx;
+            out[n] = from_f32<XT>(y);
+          }
         }
       }
       if (tid == 0) counters[t] = 0;  // ready for the next call (and CUDA-graph replays)
+      __syncthreads();                // s_red is reused by the next segment's reduction
     }
   }
 }
