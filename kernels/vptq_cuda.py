@@ -79,7 +79,7 @@ def build(device: torch.device) -> ctypes.CDLL:
         if not lib.exists():
             cache.mkdir(parents=True, exist_ok=True)
             tmp = lib.with_suffix(f".{os.getpid()}.tmp")
-            cmd = [nvcc, "-O3", "-std=c++17", f"-gencode=arch=compute_{arch},code=sm_{arch}", "-shared", "-Xcompiler",
+            cmd = [nvcc, "-O3", "-std=c++17", "-diag-suppress=177", f"-gencode=arch=compute_{arch},code=sm_{arch}", "-shared", "-Xcompiler",
                    "-fPIC", "-o", str(tmp), str(SRC)]
             res = subprocess.run(cmd, capture_output=True, text=True)
             if res.returncode != 0:

@@ -100,9 +100,10 @@ def main() -> None:
                 ref = triton_call().clone()
             gt_def, ctas_def = vptq_cuda.plan(n, k, x.device)
             variants = {"cuda": {}}
-            for c in (8, 16, 33, 66, 132):
-                if c != ctas_def:
-                    variants[f"cuda_c{c}"] = {"ctas": c}
+            if n * k // 8 <= 4 * 132 * vptq_cuda.VECTORS_PER_CTA:  # CTA-count sweep where the codebook copies matter
+                for c in (8, 16, 33, 66, 132):
+                    if c != ctas_def:
+                        variants[f"cuda_c{c}"] = {"ctas": c}
             if n // 8 >= 256:
                 variants["cuda_gt4"] = {"gt": 4}
             for cl in () if os.environ.get("VPTQ_PROBE_NO_CLUSTER") else (2, 4):
