@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+
+import kernels  # noqa: F401  (before anything imports triton: turns its CPU interpreter on without a GPU)
 import torch
 
 import compress.runtime as rt
@@ -89,3 +91,93 @@ def test_engine_choice():
     assert gen.run(ids).tokens.shape == (1, 4)
     with pytest.raises(CompressError, match="engine='turbo'"):
         pick_engine(gpt2, "turbo")
+
+
+# ---- the runtime's own decode kernels (Triton; the CPU interpreter here, compiled on a GPU) ----------
+
+
+def _interpreter_works() -> bool:
+    if torch.cuda.is_available():
+        return True
+    try:
+        from compress.runtime.decode_kernels import gemv
+
+        gemv(torch.ones(1, 16, dtype=torch.float16), torch.ones(16, 16, dtype=torch.float16), (16, 16, 4))
+        return True
+    except Exception:  # triton was imported before kernels turned its interpreter on
+        return False
+
+
+needs_triton = pytest.mark.skipif("not _interpreter_works()", reason="Triton imported before its CPU interpreter")
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@needs_triton
+@pytest.mark.parametrize("qk_norm", [False, True])
+def test_decode_attention_kernel_matches_reference(qk_norm):
+    from compress.runtime.decode_kernels import DecodeAttention, attention_reference
+
+    g = torch.Generator().manual_seed(2)
+    b, h, hkv, d, length = 2, 6, 2, 16, 70  # G = 3 query heads per kv head (padded to 16 rows)
+    att = DecodeAttention(b, h, hkv, d, length, torch.device(DEV), target_programs=8, block_l=16)
+    assert (att.splits, att.chunk) == (2, 48)  # the cache is cut in two chunks: the merge is exercised
+    kc = torch.randn(b, hkv, length, d, generator=g).half().to(DEV)
+    vc = torch.randn(b, hkv, length, d, generator=g).half().to(DEV)
+    kc_ref, vc_ref = kc.clone(), vc.clone()
+    qkv = torch.randn(b, (h + 2 * hkv) * d, generator=g).half().to(DEV)
+    q, k, v = qkv.split([h * d, hkv * d, hkv * d], dim=1)  # strided views, as the fused projection gives
+    ang = torch.rand(d // 2, generator=g)
+    cos, sin = (torch.cat([ang, ang]).cos().half().to(DEV), torch.cat([ang, ang]).sin().half().to(DEV))
+    qn = (1 + 0.2 * torch.randn(d, generator=g)).half().to(DEV) if qk_norm else None
+    kn = (1 + 0.2 * torch.randn(d, generator=g)).half().to(DEV) if qk_norm else None
+    for pos in (0, 5, 47, 48, 69):  # empty cache, first chunk, chunk edges, last slot
+        out = att(q, k, v, cos, sin, kc, vc, torch.tensor(pos, device=DEV), 0.3, qn, kn, 1e-6)
+        ref = attention_reference(q, k, v, cos, sin, kc_ref, vc_ref, pos, 0.3, qn, kn, 1e-6)
+        assert _rel(out, ref) < 2e-3, (pos, _rel(out, ref))
+        assert _rel(kc[:, :, pos], kc_ref[:, :, pos]) < 2e-3 and torch.equal(vc[:, :, pos], vc_ref[:, :, pos])
+        assert torch.equal(kc[:, :, pos + 1:], kc_ref[:, :, pos + 1:])  # nothing else written
+
+
+@needs_triton
+@pytest.mark.parametrize("model_type", ["llama", "qwen3"])
+def test_fast_path_attention_kernel_matches_torch_attention(model_type):
+    model = _tiny(model_type)
+    ids = torch.randint(0, 300, (2, 9), generator=torch.Generator().manual_seed(1))
+    plain, kern = FastLM(model, 2, 16, attn_kernel=False), FastLM(model, 2, 16, attn_kernel=True)
+    assert plain.attn is None and kern.attn is not None
+    a, b = plain.prefill(ids), kern.prefill(ids)
+    for _ in range(4):
+        tok = a.argmax(-1, keepdim=True)
+        a, b = plain.decode(tok), kern.decode(tok)
+        assert _rel(b, a) < 1e-5
+    assert _rel(kern.k_cache[1][:, :, :13], plain.k_cache[1][:, :, :13]) < 1e-5
+
+
+@needs_triton
+def test_gemv_kernels_match_torch():
+    from compress.runtime.decode_kernels import GEMV_CONFIGS, gemv, gemv_w8
+
+    g = torch.Generator().manual_seed(3)
+    w = torch.randn(72, 96, generator=g).half().to(DEV)
+    x = torch.randn(1, 96, generator=g).half().to(DEV)
+    ref = x.float() @ w.float().t()
+    for cfg in [(16, 32, 4), GEMV_CONFIGS[0]]:
+        assert _rel(gemv(x, w, cfg), ref) < 2e-3
+    for n, k, gs in [(40, 256, 64), (33, 384, 128)]:  # 3 groups: a partial block of groups
+        q = torch.randint(-128, 128, (n, k), generator=g, dtype=torch.int8).to(DEV)
+        s = (torch.rand(n, k // gs, generator=g) * 0.01).half().to(DEV)
+        x = torch.randn(1, k, generator=g).half().to(DEV)
+        ref = x.float() @ (q.float() * s.float().repeat_interleave(gs, 1)).t()
+        assert _rel(gemv_w8(x, q, s, gs), ref) < 2e-3
+
+
+def test_path_table_on_cpu_runs_the_first_candidate_without_measuring():
+    from compress.runtime.paths import PathTable
+
+    t = PathTable()
+    calls = []
+    cands = [("a", lambda: calls.append("a") or torch.ones(1)), ("b", lambda: calls.append("b") or torch.zeros(1))]
+    assert t.run(("x", 1, 1, 1, "f"), cands, torch.device("cpu")).item() == 1.0
+    assert calls == ["a"] and t.report() == []
+    t.choice[("x", 1, 1, 1, "f")] = "b"  # a measured choice (GPU) is followed
+    assert t.run(("x", 1, 1, 1, "f"), cands, torch.device("cpu")).item() == 0.0

@@ -205,9 +205,10 @@ def _interpreter_works() -> bool:
         return False
 
 
-@pytest.mark.parametrize("name", ["w4a16_g64_asym", "w8a8", "w8a8_sparse24", "fp16_sparse24"])
+@pytest.mark.parametrize("name", ["w4a16_g64_asym", "w8a8", "w8a8_sparse24", "fp16_sparse24", "w8a16", "w8a16_channel"])
 def test_kernel_path_matches_reference(checkpoints, name):
-    """The runtime's kernel wiring (Triton interpreter on CPU, compiled on GPU) computes the reference's math."""
+    """The runtime's kernel wiring (Triton interpreter on CPU, compiled on GPU) computes the reference's
+    math, on every path the path table may choose (kernel, dequantize + cuBLAS, torch._int_mm, GEMV)."""
     if not _interpreter_works():
         pytest.skip("Triton was imported before its CPU interpreter could be enabled")
     dev = "cuda" if torch.cuda.is_available() else "cpu"
@@ -216,17 +217,23 @@ def test_kernel_path_matches_reference(checkpoints, name):
     assert set(ker.compress_runtime.backends.values()) == {"kernel"}
     # Per layer, same input: fp16 activations, fp32 accumulation on both sides (measured 7e-4 on CPU).
     g = torch.Generator().manual_seed(6)
-    from compress.runtime.kernel_bridge import DEQUANT_GEMM_MIN_M
-
-    for n, mod in ker.named_modules():
+    seen = set()
+    for n, mod in ker.model.layers[0].named_modules():  # layer 1 is covered by the logits below
         if isinstance(mod, rt.QuantLinear):
-            # Decode-sized and, for one layer, prefill-sized inputs (the dequantize + GEMM regime).
-            for m in (3, DEQUANT_GEMM_MIN_M) if n.endswith("layers.0.mlp.down_proj") else (3,):
+            # M = 1 (GEMVs), 3, and for one layer 20 tokens (torch._int_mm needs M > 16).
+            for m in (1, 3, 20) if n == "mlp.down_proj" else (1, 3):
                 x = torch.randn(m, mod.in_features, generator=g).half().to(dev)
-                y = mod(x)
                 with rt.reference_backend(mod):
                     r = mod(x)
-                assert _rel(y, r) < 2e-3, (n, m, _rel(y, r))
+                for path, fn in mod.kernel_paths(x):
+                    y = fn()
+                    seen.add(path)
+                    assert _rel(y, r) < 2e-3, (n, m, path, _rel(y, r))
+                assert _rel(mod(x), r) < 2e-3
+    expected = {"w4a16_g64_asym": {"kernel", "dequant+cublas"}, "w8a8": {"kernel", "int_mm"},
+                "w8a8_sparse24": {"kernel", "dequant+w8a8", "dequant+int_mm"}, "fp16_sparse24": {"kernel", "dequant+cublas"},
+                "w8a16": {"gemv_w8", "dequant+cublas"}, "w8a16_channel": {"gemv_w8", "dequant+cublas"}}[name]
+    assert seen == expected
     with torch.no_grad():
         a = ker(ids).logits
         with rt.reference_backend(ker):
@@ -255,8 +262,10 @@ def test_reference_backend_has_no_warning_and_kernel_backend_errors_on_cpu(check
         rt.load(checkpoints["w8a8"], device="cpu", backend="reference")
     with pytest.raises(CompressError, match="no kernel for format compressed-tensors.fp8-dynamic on cpu"):
         rt.load(checkpoints["fp8_dynamic"], device="cpu", backend="kernel")
-    with pytest.raises(CompressError, match="kernels/ has no W8A16 kernel"):
-        rt.load(checkpoints["w8a16"], device="cpu", backend="kernel")
+    # W8A16 runs the runtime's own GPU paths (int8 GEMV, dequantize + cuBLAS): the reference on a CPU.
+    with pytest.warns(rt.ReferenceFallbackWarning, match="Triton kernels need a CUDA GPU"):
+        info = rt.load(checkpoints["w8a16"], device="cpu").compress_runtime
+    assert info.backends == {"compressed-tensors.w8a16": "reference"}
 
 
 @pytest.mark.parametrize("bits", [4, 8])

@@ -178,6 +178,9 @@ def run_e2e(
 
 def _bench_model(kind, what, fmt, label, dev, wls, runs, engine, cuda_graphs, seed, profile, copy_bw, models, results,
                  profiles, log) -> None:
+    from compress.runtime.paths import TABLE
+
+    TABLE.clear()  # each model's report lists the path choices measured for it
     if kind == "checkpoint":
         from compress.runtime import load
 
@@ -201,6 +204,7 @@ def _bench_model(kind, what, fmt, label, dev, wls, runs, engine, cuda_graphs, se
     if profile:
         pwl = next((w for w in wls if w.name == "decode_bound"), wls[0])
         profiles.append({"model": label, **profile_steps(model, pwl, engine, seed)})
+    entry["paths"] = TABLE.report()
 
 
 def canonical_command(checkpoint, workloads, runs, synthetic, formats, profile, output, device, engine, cuda_graphs,

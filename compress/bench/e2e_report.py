@@ -125,6 +125,20 @@ def checks_table(models: list[dict], results: list[WorkloadResult]) -> str:
     return "\n".join(lines)
 
 
+def paths_table(models: list[dict]) -> str:
+    """Per model: the path the runtime measured fastest for each (layer kind, N, K, M), with the times."""
+    lines = ["## Paths chosen per layer shape and M (compress.runtime.paths)", "",
+             "Each candidate timed on single calls after overwriting L2 (median, microseconds); the fastest runs.", "",
+             "| Model | layer | N x K | M | chosen | candidates (us) |", "|---|---|---|---|---|---|"]
+    n = 0
+    for m in models:
+        for p in m.get("paths") or []:
+            cands = ", ".join(f"{k} {v}" for k, v in p["us"].items())
+            lines.append(f"| `{m['label']}` | {p['layer']} | {p['N']} x {p['K']} | {p['M']} | {p['chosen']} | {cands} |")
+            n += 1
+    return "\n".join(lines) if n else ""
+
+
 def markdown(meta: dict, models: list[dict], results: list[WorkloadResult], profiles: list[dict]) -> str:
     out = ["# Performance Benchmark Results", "", f"**Command:** `{meta['command']}`", "",
            f"**Device:** {meta['device']} · torch {meta['torch']} · transformers {meta['transformers']}"
@@ -139,7 +153,8 @@ def markdown(meta: dict, models: list[dict], results: list[WorkloadResult], prof
                 f"**Total models tested:** {len(rows)}", "", "### Summary Table", "", summary_table(rows), "",
                 "### Detailed Results", ""]
         out += [detailed(r) for r in rows if r.runs]
-    out += ["---", "", ranking(groups), bound_table(models, results), "", checks_table(models, results), ""]
+    out += ["---", "", ranking(groups), bound_table(models, results), "", checks_table(models, results), "",
+            paths_table(models), ""]
     for p in profiles:
         out += [f"## Profile: `{p['model']}`, one prefill and one decode step of {p['workload']} "
                 f"({p['engine']} engine, eager, {p['device']})", ""]

@@ -9,7 +9,10 @@ take to stream. This module runs the same math with:
   a decode step has fixed shapes and addresses and can be captured in a CUDA graph;
 - GQA decode attention without repeat_kv: q is viewed as (B, Hkv, G, D) against the shared cache;
 - the elementwise glue (RMSNorm, residual add + RMSNorm, RoPE, softmax, SiLU * up) in small pure
-  functions that `torch.compile` fuses into one kernel each on the GPU (optional; eager on CPU).
+  functions that `torch.compile` fuses into one kernel each on the GPU (optional; eager on CPU);
+- on the GPU, decode attention as two Triton launches per layer that also apply RoPE (and Qwen3's
+  q/k norms) and write the new k/v into the cache (`compress.runtime.decode_kernels`), and dense
+  Linears through `compress.runtime.dense` (cuBLAS, or the runtime's GEMV at M = 1 where measured faster).
 
 It reuses the model's own modules (embedding, norms, runtime Linear layers, rotary embedding), so
 the weights and every Linear's math are exactly those of `model`; only the glue is re-expressed.
@@ -25,6 +28,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from compress.errors import CompressError
+from compress.runtime.dense import linear
 from compress.runtime.fuse import fuse_outputs
 
 SUPPORTED = ("llama", "mistral", "qwen2", "qwen3")
@@ -100,6 +104,14 @@ def silu_mul(gu: torch.Tensor) -> torch.Tensor:
 GLUE = ("rms_norm", "add_rms_norm", "rope", "qk_norm_rope", "decode_attention", "silu_mul")
 
 
+def _triton_available() -> bool:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 # ---- the model ---------------------------------------------------------------------------------
 
 
@@ -129,9 +141,12 @@ class FastLM:
         fuse: fuse q/k/v and gate/up where the format allows (same math, fewer launches).
         compile_glue: torch.compile the elementwise glue functions (GPU; one compile per shape,
             shared by all layers and all formats since they take plain tensors).
+        attn_kernel: decode attention through the Triton kernels (default: on a CUDA device); False
+            keeps the plain-torch attention (matmul, softmax, matmul) and index_copy_ cache writes.
     """
 
-    def __init__(self, model: nn.Module, batch: int, max_len: int, fuse: bool = True, compile_glue: bool = False):
+    def __init__(self, model: nn.Module, batch: int, max_len: int, fuse: bool = True, compile_glue: bool = False,
+                 attn_kernel: bool | None = None):
         reason = unsupported_reason(model)
         if reason:
             raise CompressError(f"the fast path cannot run this model: {reason}; use the transformers engine")
@@ -156,6 +171,13 @@ class FastLM:
         self.v_cache = [torch.zeros(shape, device=self.device, dtype=self.dtype) for _ in self.blocks]
         self.pos = torch.zeros((), dtype=torch.long, device=self.device)  # tokens already in the cache
         self.fn = {name: globals()[name] for name in GLUE}
+        if attn_kernel is None:
+            attn_kernel = self.device.type == "cuda" and _triton_available()
+        self.attn = None
+        if attn_kernel:
+            from compress.runtime.decode_kernels import DecodeAttention
+
+            self.attn = DecodeAttention(batch, self.n_heads, self.n_kv, self.head_dim, max_len, self.device)
         if compile_glue:
             # Automatic dynamic shapes: a second shape compiles one shape-generic kernel instead of one
             # per (batch, length), so seven workloads cost a few compiles, not dozens.
@@ -190,30 +212,41 @@ class FastLM:
 
     def _qkv(self, blk: _Block, h: torch.Tensor):
         b, t, _ = h.shape
-        if blk.qkv is not None:
-            q, k, v = blk.qkv(h).split([self.n_heads * self.head_dim, self.n_kv * self.head_dim,
-                                        self.n_kv * self.head_dim], dim=-1)
-        else:
-            q, k, v = blk.q(h), blk.k(h), blk.v(h)
+        q, k, v = self._qkv_flat(blk, h)
         return (q.reshape(b, t, self.n_heads, self.head_dim), k.reshape(b, t, self.n_kv, self.head_dim),
                 v.reshape(b, t, self.n_kv, self.head_dim))
 
+    def _qkv_flat(self, blk: _Block, h: torch.Tensor):
+        """q (.., H*D), k and v (.., Hkv*D): views of the fused output, or the three layers' outputs."""
+        if blk.qkv is not None:
+            return linear(blk.qkv, h).split([self.n_heads * self.head_dim, self.n_kv * self.head_dim,
+                                             self.n_kv * self.head_dim], dim=-1)
+        return linear(blk.q, h), linear(blk.k, h), linear(blk.v, h)
+
     def _mlp(self, blk: _Block, h: torch.Tensor) -> torch.Tensor:
-        gu = blk.gate_up(h) if blk.gate_up is not None else torch.cat([blk.gate(h), blk.up(h)], dim=-1)
-        return blk.down(self.fn["silu_mul"](gu))
+        if blk.gate_up is not None:
+            gu = linear(blk.gate_up, h)
+        else:
+            gu = torch.cat([linear(blk.gate, h), linear(blk.up, h)], dim=-1)
+        return linear(blk.down, self.fn["silu_mul"](gu))
 
     def _rope(self, blk, q, k, cos, sin):
         if blk.q_norm is not None:
             return self.fn["qk_norm_rope"](q, k, blk.q_norm, blk.k_norm, self.eps, cos, sin)
         return self.fn["rope"](q, k, cos, sin)
 
-    def _layers(self, x: torch.Tensor, cos, sin, attend) -> torch.Tensor:
-        """Run all blocks; `attend(i, q, k, v)` stores k/v in the cache and returns (B, T, H*D)."""
+    def _layers(self, x: torch.Tensor, cos, sin, attend, attend_raw=None) -> torch.Tensor:
+        """Run all blocks; `attend(i, q, k, v)` stores k/v in the cache and returns (B, T, H*D);
+        `attend_raw(i, blk, h)`, when given, does the projections' glue itself (decode kernels)."""
         h = self.fn["rms_norm"](x, self.blocks[0].in_norm, self.eps)
         for i, blk in enumerate(self.blocks):
-            q, k, v = self._qkv(blk, h)
-            q, k = self._rope(blk, q, k, cos, sin)
-            x, h = self.fn["add_rms_norm"](x, blk.o(attend(i, q, k, v)), blk.post_norm, self.eps)
+            if attend_raw is not None:
+                a = attend_raw(i, blk, h)
+            else:
+                q, k, v = self._qkv(blk, h)
+                q, k = self._rope(blk, q, k, cos, sin)
+                a = attend(i, q, k, v)
+            x, h = self.fn["add_rms_norm"](x, linear(blk.o, a), blk.post_norm, self.eps)
             nxt = self.blocks[i + 1].in_norm if i + 1 < len(self.blocks) else self.final_norm
             x, h = self.fn["add_rms_norm"](x, self._mlp(blk, h), nxt, self.eps)
         return h  # the final norm's output
@@ -239,7 +272,7 @@ class FastLM:
 
         h = self._layers(x, cos, sin, attend)
         self.pos.fill_(t)
-        return self.lm_head(h[:, -1])
+        return linear(self.lm_head, h[:, -1])
 
     @torch.no_grad()
     def decode(self, tok: torch.Tensor) -> torch.Tensor:
@@ -254,6 +287,17 @@ class FastLM:
             self.v_cache[i].index_copy_(2, where, v.transpose(1, 2))
             return self.fn["decode_attention"](q, self.k_cache[i], self.v_cache[i], self.pos, self.scale)
 
-        h = self._layers(x, cos, sin, attend)
+        attend_raw = None
+        if self.attn is not None:
+            c, s = cos.reshape(-1, self.head_dim)[0], sin.reshape(-1, self.head_dim)[0]  # (D,): one position
+            b = tok.shape[0]
+
+            def attend_raw(i, blk, h):
+                q, k, v = (t.reshape(b, -1) for t in self._qkv_flat(blk, h))
+                o = self.attn(q, k, v, c, s, self.k_cache[i], self.v_cache[i], self.pos, self.scale, blk.q_norm,
+                              blk.k_norm, self.eps)
+                return o.reshape(b, 1, -1)
+
+        h = self._layers(x, cos, sin, attend, attend_raw)
         self.pos.add_(1)
-        return self.lm_head(h[:, -1])
+        return linear(self.lm_head, h[:, -1])

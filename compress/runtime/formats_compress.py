@@ -14,6 +14,8 @@ same class serves both.
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 
 from compress.errors import CompressError
@@ -111,10 +113,15 @@ class Int4Linear(QuantLinear):
         return (x2d.to(dt) @ self.dequantize().to(dt).t()).to(x2d.dtype)
 
     def kernel(self, x2d):
-        if x2d.shape[0] >= kb.DEQUANT_GEMM_MIN_M:
-            w = _dequant_int4(self.qweight, self.scales, self.zeros, self.group_size, self.in_features, x2d.dtype)
-            return torch.nn.functional.linear(x2d, w)
         return kb.kernel_module("w4a16").w4a16_linear(x2d, self.qweight, self.scales, self.zeros, self.group_size)
+
+    def dequant_cublas(self, x2d):
+        # The dequantization reads the packed weight once and writes N*K*2 bytes; many tokens amortise it.
+        w = _dequant_int4(self.qweight, self.scales, self.zeros, self.group_size, self.in_features, x2d.dtype)
+        return torch.nn.functional.linear(x2d, w)
+
+    def kernel_paths(self, x2d):
+        return [("kernel", partial(self.kernel, x2d)), ("dequant+cublas", partial(self.dequant_cublas, x2d))]
 
 
 
@@ -176,17 +183,24 @@ class Sparse24Linear(QuantLinear):
         return (acc * xs * self.w_scale[None, :].to(dt)).to(x2d.dtype)
 
     def kernel(self, x2d):
-        shape = (self.out_features, self.in_features)
-        if x2d.shape[0] >= kb.DEQUANT_GEMM_MIN_M:
-            # Dense temporary, then the same math: cuBLAS for fp16 values, the dense W8A8 kernel for int8.
-            w = _unpack_24(self.values, self.meta, shape)
-            if self.int8:
-                return kb.kernel_module("w8a8").w8a8_linear(x2d, w, self.w_scale)
-            return torch.nn.functional.linear(x2d, w)
         k = kb.kernel_module("sparse24")
         if self.int8:
             return k.sparse24_w8a8_linear(x2d, self.values, self.meta, self.w_scale)
         return k.sparse24_linear(x2d, self.values, self.meta)
+
+    def _dense(self):
+        return _unpack_24(self.values, self.meta, (self.out_features, self.in_features))
+
+    def kernel_paths(self, x2d):
+        # Dense temporary, then the same math: cuBLAS for fp16 values; for int8 values the dense W8A8
+        # kernel or torch._int_mm (same quantized activations, exact int32 products).
+        paths = [("kernel", partial(self.kernel, x2d))]
+        if not self.int8:
+            return paths + [("dequant+cublas", lambda: torch.nn.functional.linear(x2d, self._dense()))]
+        paths.append(("dequant+w8a8", lambda: kb.kernel_module("w8a8").w8a8_linear(x2d, self._dense(), self.w_scale)))
+        if kb.int_mm_fits(*x2d.shape, self.out_features):
+            paths.append(("dequant+int_mm", lambda: kb.int_mm_w8a8(x2d, self._dense(), self.w_scale)))
+        return paths
 
 
 @register_format("compress.vptq")

@@ -15,6 +15,8 @@ G = ceil(K / group_size) (G = 1 for per-channel). Dequantization: W = (q - zero_
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 import torch.nn.functional as F
 
@@ -152,16 +154,66 @@ class CTW4A16Linear(_CTWeightOnly):
         return f"the int4 kernel supports group_size 64/128, layer has {spec.args.get('group_size')}"
 
 
+def _dequant_weight_only(q, scale, zero, k: int, dtype: torch.dtype) -> torch.Tensor:
+    w = q.float()
+    if zero is not None:
+        w = w - expand_groups(zero.float(), k)
+    return (w * expand_groups(scale.float(), k)).to(dtype)
+
+
+_dequant_weight_only_compiled = kb.gpu_compiled(_dequant_weight_only)
+
+
 @register_format("compressed-tensors.w8a16")
 class CTW8A16Linear(_CTWeightOnly):
-    """int8 weights (per-channel or grouped), fp16/bf16 activations."""
+    """int8 weights (per-channel or grouped), fp16/bf16 activations.
+
+    kernels/ has no W8A16 kernel; on the GPU the runtime computes it itself: at M = 1 with the
+    runtime's int8 GEMV (`compress.runtime.decode_kernels.gemv_w8`, symmetric weights), otherwise
+    (and where measured faster) by dequantizing into an fp16 temporary and calling cuBLAS."""
 
     bits = 8
 
     @classmethod
     def kernel_unavailable(cls, device, spec):
-        # kernels/ has no W8A16 kernel (issue 3 asks for W4A16, W8A8, 2:4 and VPTQ).
-        return "kernels/ has no W8A16 kernel"
+        return kb.runtime_kernels_unavailable(device)
+
+    def _gemv_args(self):
+        """(scales (N, G) contiguous, group size) for the int8 GEMV, or None when it cannot run this layer.
+        A per-channel layer gets its scale repeated per 128 columns (+1.6% bytes, cached; recomputed
+        when fusion replaced the buffer)."""
+        from compress.runtime.decode_kernels import gemv_w8_supported
+
+        k = self.in_features
+        if self.zero is not None:
+            return None
+        if self.scale.shape[1] > 1:
+            ok = gemv_w8_supported(k, self.group_size) and self.scale.is_contiguous()
+            return (self.scale, self.group_size) if ok else None
+        if not gemv_w8_supported(k, 128):
+            return None
+        cached = self.__dict__.get("_gemv_cache")
+        if cached is None or cached[0] is not self.scale:
+            cached = (self.scale, self.scale.expand(-1, k // 128).contiguous())
+            self.__dict__["_gemv_cache"] = cached
+        return cached[1], 128
+
+    def dequant_cublas(self, x2d):
+        w = _dequant_weight_only_compiled(self.qweight, self.scale, self.zero, self.in_features, x2d.dtype)
+        return F.linear(x2d, w)
+
+    def kernel(self, x2d):
+        """The int8 GEMV (M = 1, layers `_gemv_args` accepts)."""
+        from compress.runtime.decode_kernels import gemv_w8
+
+        scale, group = self._gemv_args()
+        return gemv_w8(x2d, self.qweight, scale, group)
+
+    def kernel_paths(self, x2d):
+        paths = [("dequant+cublas", partial(self.dequant_cublas, x2d))]
+        if x2d.shape[0] == 1 and self._gemv_args() is not None:
+            paths.insert(0, ("gemv_w8", partial(self.kernel, x2d)))
+        return paths
 
 
 @register_format("compressed-tensors.w8a8")
@@ -207,6 +259,12 @@ class CTW8A8Linear(QuantLinear):
 
     def kernel(self, x2d):
         return kb.kernel_module("w8a8").w8a8_linear(x2d, self.qweight, self.scale)
+
+    def kernel_paths(self, x2d):
+        paths = [("kernel", partial(self.kernel, x2d))]
+        if kb.int_mm_fits(*x2d.shape, self.out_features):
+            paths.append(("int_mm", lambda: kb.int_mm_w8a8(x2d, self.qweight, self.scale)))
+        return paths
 
 
 @register_format("compressed-tensors.fp8-dynamic")

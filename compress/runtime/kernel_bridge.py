@@ -57,12 +57,16 @@ def unavailable(device: torch.device, module: str, *attrs: str) -> str | None:
     return None
 
 
-# Above this many tokens, a compressed layer whose kernel is slower than cuBLAS on large M (int4,
-# 2:4) is computed as "dequantize once into a temporary, then the dense GEMM": the dequantization
-# reads the packed weight once and writes N*K*2 bytes, which 512+ tokens of GEMM amortise (measured
-# on the H100 with the kernels of this commit: the int4 tensor-core path runs at 0.4x of cuBLAS fp16
-# at M=256, the 2:4 one at 0.16x; see bench/results/h100/kernels).
-DEQUANT_GEMM_MIN_M = 512
+def runtime_kernels_unavailable(device: torch.device) -> str | None:
+    """Reason the runtime's own Triton kernels (compress.runtime.decode_kernels) cannot run on `device`."""
+    if device.type != "cuda" and not _INTERPRETER_OK.get():
+        return f"Triton kernels need a CUDA GPU, device is {device.type}"
+    try:
+        import triton  # noqa: F401
+    except ImportError as e:
+        return f"triton cannot be imported ({e})"
+    return None
+
 
 _COMPILED: dict = {}
 
@@ -78,3 +82,24 @@ def gpu_compiled(fn):
         return _COMPILED[fn](*args)
 
     return call
+
+
+def _w8a8_epilogue(acc: torch.Tensor, sx: torch.Tensor, sw: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    # The W8A8 kernel's epilogue order: acc * s_w[n] * s_x[m], in fp32.
+    return (acc.float() * sw[None, :] * sx[:, None]).to(dtype)
+
+
+_w8a8_epilogue_compiled = gpu_compiled(_w8a8_epilogue)
+
+
+def int_mm_fits(m: int, k: int, n: int) -> bool:
+    """torch._int_mm's shape rules on CUDA: M > 16, K and N multiples of 8."""
+    return m > 16 and k % 8 == 0 and n % 8 == 0
+
+
+def int_mm_w8a8(x2d: torch.Tensor, weight: torch.Tensor, w_scale: torch.Tensor) -> torch.Tensor:
+    """The W8A8 math through cuBLAS's int8 GEMM: the kernels' per-token activation quantizer, exact int32
+    products (torch._int_mm), then the same fp32 scaling as kernels/w8a8.py."""
+    q, sx = kernel_module("w8a8").quantize_per_token(x2d)
+    acc = torch._int_mm(q, weight.t())
+    return _w8a8_epilogue_compiled(acc, sx, w_scale.reshape(-1).float(), x2d.dtype)

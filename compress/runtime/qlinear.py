@@ -3,18 +3,22 @@
 A subclass owns one checkpoint format: it reads the layer's tensors from the checkpoint
 (`from_checkpoint`), computes the layer in plain torch (`reference`, the math the kernels are tested
 against) and, where a kernel exists for the device, through the project's kernel (`kernel`). Which of
-the two runs is fixed once at load (`backend`), so the forward has no data-dependent branches and is
-safe under CUDA graph capture and torch.compile.
+the two runs is fixed once at load (`backend`). On the kernel backend a format may offer several
+ways to compute the same math (`kernel_paths`: its kernel, dequantize + cuBLAS, torch._int_mm, ...);
+`compress.runtime.paths` measures them once per (shape, M) on the GPU and runs the fastest. The choice
+depends only on shapes, so the forward stays safe under CUDA graph capture.
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import ClassVar, Mapping
 
 import torch
 import torch.nn as nn
 
 from compress.errors import CompressError
+from compress.runtime.paths import TABLE, Candidate
 from compress.runtime.spec import LayerSpec
 
 
@@ -73,6 +77,11 @@ class QuantLinear(nn.Module):
     def kernel(self, x2d: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
+    def kernel_paths(self, x2d: torch.Tensor) -> list[Candidate]:
+        """Ways to compute this layer on `x2d` (M, K) on the kernel backend, each a (name, no-argument
+        callable) with the same math; the first is the default where nothing was measured (CPU)."""
+        return [("kernel", partial(self.kernel, x2d))]
+
     # ---- math --------------------------------------------------------------------------------------
 
     def reference(self, x2d: torch.Tensor) -> torch.Tensor:
@@ -86,7 +95,12 @@ class QuantLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         x2d = x.reshape(-1, shape[-1])  # (M, K)
-        y = self.kernel(x2d) if self.backend == "kernel" else self.reference(x2d)
+        if self.backend == "kernel":
+            key = (f"{self.format_key}{list(self.fuse_key())}", self.out_features, self.in_features, x2d.shape[0],
+                   str(x2d.dtype))
+            y = TABLE.run(key, self.kernel_paths(x2d), x2d.device)
+        else:
+            y = self.reference(x2d)
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*shape[:-1], self.out_features)

@@ -1,0 +1,311 @@
+"""Triton kernels for the batch-decode glue of the fast engine: decode attention over the static KV
+cache (with RoPE, Qwen3's q/k RMSNorm and the cache write folded in) and a fp16/bf16 GEMV for M = 1.
+
+Why (profile of one Llama-3-8B fp16 decode step on the H100, bench/results/h100/e2e): the attention of
+one new token was six launches per layer (RoPE, two index_copy_ cache writes, two bmm, softmax) =
+0.58 ms of a 6.5 ms step, for a few MB of cache; cuBLAS's M=1 kernels stream 4096x4096 (o_proj) at
+about half the copy bandwidth. These kernels are the runtime's own glue, not a checkpoint format's math.
+
+Decode attention is split in two launches ("flash decoding"):
+- `_attn_split` (grid B*Hkv x S): each program takes one kv head, its G = H/Hkv query heads (padded to
+  16 rows for tl.dot) and one chunk of the cached positions < pos, and writes the chunk's running
+  max, sum and weighted values (fp32) to a scratch buffer.
+- `_attn_combine` (grid B*Hkv): RoPE (+ RMSNorm) of the new token's k, its cache write at `pos`, the
+  new token's own score, and the merge of the S partials -> (B, 1, H*D).
+The new token is scored in the combine step, so no program reads a cache row another program of the
+same launch writes. `pos` is read on the device: the launches are CUDA-graph safe.
+
+On a CPU the kernels run in Triton's interpreter (tests only); importing `kernels` sets that up.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+import kernels  # noqa: F401  (sets TRITON_INTERPRET=1 on CPU-only machines before triton loads)
+import triton
+import triton.language as tl
+
+LOG2E = 1.4426950408889634
+NEG = -1.0e30  # "minus infinity" that stays finite (empty chunks must not make NaN in the merge)
+
+
+# ---- RoPE on one head, in registers ----------------------------------------------------------------
+
+
+@triton.jit
+def _rope_heads(ptr, row_off, offs_d, mask2d, cos_ptr, sin_ptr, nw_ptr, eps,
+                D: tl.constexpr, HAS_NORM: tl.constexpr):
+    """Rows `row_off` (R,) of head vectors at ptr + row_off + d: optional RMSNorm (fp32, cast to the
+    input dtype, times the weight, as transformers does), then RoPE with transformers' rotate_half:
+    out[d] = x[d] * cos[d] + sign(d) * x[(d + D/2) % D] * sin[d]. Returns fp32 values rounded to
+    the input dtype (the reference's rounding points)."""
+    half: tl.constexpr = D // 2
+    partner = (offs_d + half) % D
+    x = tl.load(ptr + row_off[:, None] + offs_d[None, :], mask=mask2d, other=0.0)
+    xp = tl.load(ptr + row_off[:, None] + partner[None, :], mask=mask2d, other=0.0)
+    dt = x.dtype
+    if HAS_NORM:
+        xf = x.to(tl.float32)
+        r = 1.0 / tl.sqrt(tl.sum(xf * xf, axis=1) / D + eps)
+        w = tl.load(nw_ptr + offs_d).to(tl.float32)
+        wp = tl.load(nw_ptr + partner).to(tl.float32)
+        x = ((xf * r[:, None]).to(dt).to(tl.float32) * w[None, :]).to(dt)
+        xp = ((xp.to(tl.float32) * r[:, None]).to(dt).to(tl.float32) * wp[None, :]).to(dt)
+    c = tl.load(cos_ptr + offs_d).to(tl.float32)
+    s = tl.load(sin_ptr + offs_d).to(tl.float32)
+    sign = tl.where(offs_d < half, -1.0, 1.0)
+    out = x.to(tl.float32) * c[None, :] + sign[None, :] * xp.to(tl.float32) * s[None, :]
+    return out.to(dt)
+
+
+@triton.jit
+def _attn_split(q_ptr, stride_qb, cos_ptr, sin_ptr, qn_ptr, eps, kc_ptr, vc_ptr, pos_ptr,
+                pm_ptr, pl_ptr, pacc_ptr, scale_log2,
+                HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, L: tl.constexpr, S: tl.constexpr,
+                CHUNK: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_L: tl.constexpr, HAS_NORM: tl.constexpr):
+    pid_bh = tl.program_id(0)
+    pid_s = tl.program_id(1)
+    b = pid_bh // HKV
+    h = pid_bh % HKV
+    pos = tl.load(pos_ptr).to(tl.int32)
+    offs_g = tl.arange(0, BLOCK_G)
+    offs_d = tl.arange(0, D)
+    g_mask = offs_g < G
+    qrow = b * stride_qb + (h * G + offs_g) * D
+    q = _rope_heads(q_ptr, qrow, offs_d, g_mask[:, None], cos_ptr, sin_ptr, qn_ptr, eps, D, HAS_NORM)
+    m = tl.full([BLOCK_G], NEG, tl.float32)
+    l = tl.zeros([BLOCK_G], tl.float32)
+    acc = tl.zeros([BLOCK_G, D], tl.float32)
+    cache = (b * HKV + h).to(tl.int64) * L * D
+    start = pid_s * CHUNK
+    for l0 in range(0, CHUNK, BLOCK_L):
+        offs_l = start + l0 + tl.arange(0, BLOCK_L)
+        l_mask = offs_l < pos  # cached tokens only; the new one is scored in _attn_combine
+        kv_off = cache + offs_l[:, None] * D + offs_d[None, :]
+        k = tl.load(kc_ptr + kv_off, mask=l_mask[:, None], other=0.0)
+        v = tl.load(vc_ptr + kv_off, mask=l_mask[:, None], other=0.0)
+        sc = tl.dot(q, tl.trans(k)) * scale_log2  # (BLOCK_G, BLOCK_L), log2 units
+        sc = tl.where(l_mask[None, :], sc, float("-inf"))
+        m_new = tl.maximum(m, tl.max(sc, axis=1))
+        p = tl.exp2(sc - m_new[:, None])
+        alpha = tl.exp2(m - m_new)
+        l = l * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m = m_new
+    part = (pid_bh * S + pid_s) * G + offs_g
+    tl.store(pm_ptr + part, m, mask=g_mask)
+    tl.store(pl_ptr + part, l, mask=g_mask)
+    tl.store(pacc_ptr + part[:, None] * D + offs_d[None, :], acc, mask=g_mask[:, None])
+
+
+@triton.jit
+def _attn_combine(q_ptr, k_ptr, v_ptr, stride_qb, stride_kb, stride_vb, cos_ptr, sin_ptr, qn_ptr, kn_ptr, eps,
+                  kc_ptr, vc_ptr, pos_ptr, pm_ptr, pl_ptr, pacc_ptr, out_ptr, scale_log2,
+                  HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, L: tl.constexpr, S: tl.constexpr,
+                  CHUNK: tl.constexpr, BLOCK_G: tl.constexpr, HAS_NORM: tl.constexpr):
+    pid_bh = tl.program_id(0)
+    b = pid_bh // HKV
+    h = pid_bh % HKV
+    pos = tl.load(pos_ptr).to(tl.int32)
+    offs_g = tl.arange(0, BLOCK_G)
+    offs_d = tl.arange(0, D)
+    g_mask = offs_g < G
+    # The new token's k (RoPE, + RMSNorm) and v, into the cache at `pos`. k goes through the same
+    # 2-D helper as q, as row 0 of a block whose other rows are masked to zero (summing the block's rows
+    # gives row 0 back exactly).
+    first = offs_g < 1
+    k = tl.sum(_rope_heads(k_ptr, b * stride_kb + h * D + offs_g * 0, offs_d, first[:, None], cos_ptr, sin_ptr,
+                           kn_ptr, eps, D, HAS_NORM).to(tl.float32), axis=0)  # (D,)
+    v = tl.load(v_ptr + b * stride_vb + h * D + offs_d)  # (D,)
+    slot = (b * HKV + h).to(tl.int64) * L * D + pos * D
+    tl.store(kc_ptr + slot + offs_d, k.to(kc_ptr.dtype.element_ty))
+    tl.store(vc_ptr + slot + offs_d, v)
+    q = _rope_heads(q_ptr, b * stride_qb + (h * G + offs_g) * D, offs_d, g_mask[:, None], cos_ptr, sin_ptr, qn_ptr,
+                    eps, D, HAS_NORM)  # (BLOCK_G, D), the same values _attn_split used
+    s_new = tl.sum(q.to(tl.float32) * k[None, :], axis=1) * scale_log2  # (BLOCK_G,)
+    # Merge: chunks at or beyond pos are empty (their m is NEG and l is 0), so every chunk is read.
+    mx = s_new
+    for s in range(0, S):
+        part = (pid_bh * S + s) * G + offs_g
+        mx = tl.maximum(mx, tl.load(pm_ptr + part, mask=g_mask, other=NEG))
+    w_new = tl.exp2(s_new - mx)
+    total = w_new
+    acc = w_new[:, None] * v.to(tl.float32)[None, :]
+    for s in range(0, S):
+        part = (pid_bh * S + s) * G + offs_g
+        w = tl.exp2(tl.load(pm_ptr + part, mask=g_mask, other=NEG) - mx)
+        total += w * tl.load(pl_ptr + part, mask=g_mask, other=0.0)
+        acc += w[:, None] * tl.load(pacc_ptr + part[:, None] * D + offs_d[None, :], mask=g_mask[:, None], other=0.0)
+    out = acc / total[:, None]
+    optr = out_ptr + b * (HKV * G * D) + (h * G + offs_g)[:, None] * D + offs_d[None, :]
+    tl.store(optr, out.to(out_ptr.dtype.element_ty), mask=g_mask[:, None])
+
+
+class DecodeAttention:
+    """Decode attention of one new token per sequence against a static cache (B, Hkv, L, D).
+
+    Built once per cache shape (the chunking is fixed at construction, so each call launches the
+    same two kernels with the same arguments layout: capturable). Holds the fp32 scratch for the
+    chunk partials, shared by all layers (they run one after the other)."""
+
+    def __init__(self, batch: int, n_heads: int, n_kv: int, head_dim: int, max_len: int, device: torch.device,
+                 target_programs: int | None = None, block_l: int = 64):
+        self.BLOCK_L = block_l
+        if n_heads % n_kv or head_dim & (head_dim - 1) or head_dim < 16:
+            raise ValueError(f"decode attention needs H % Hkv == 0 and a power-of-two head_dim >= 16, got "
+                             f"H={n_heads}, Hkv={n_kv}, D={head_dim}")
+        self.b, self.h, self.hkv, self.d, self.len = batch, n_heads, n_kv, head_dim, max_len
+        self.g = n_heads // n_kv
+        if self.g > 64:
+            raise ValueError(f"decode attention supports up to 64 query heads per kv head, got {self.g}")
+        self.block_g = max(16, triton.next_power_of_2(self.g))
+        if target_programs is None:
+            sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
+            target_programs = 2 * sms
+        # Chunks of the cache per (sequence, kv head): enough programs to cover the GPU twice, each
+        # at least one BLOCK_L tile.
+        tiles = -(-max_len // self.BLOCK_L)
+        splits = max(1, min(tiles, target_programs // (batch * n_kv)))
+        self.chunk = -(-tiles // splits) * self.BLOCK_L
+        self.splits = -(-max_len // self.chunk)
+        n = batch * n_kv * self.splits * self.g
+        self.pm = torch.empty(n, dtype=torch.float32, device=device)
+        self.pl = torch.empty(n, dtype=torch.float32, device=device)
+        self.pacc = torch.empty(n * head_dim, dtype=torch.float32, device=device)
+
+    def __call__(self, q, k, v, cos, sin, k_cache, v_cache, pos, scale: float, q_norm=None, k_norm=None,
+                 eps: float = 1e-6, out: torch.Tensor | None = None) -> torch.Tensor:
+        """q (B, H*D) / k, v (B, Hkv*D) rows of the projection outputs (row stride free, heads
+        contiguous); cos, sin (D,) for position `pos`; caches (B, Hkv, L, D) contiguous; pos: 0-dim
+        int tensor = tokens already cached. Writes k/v at pos; returns (B, H*D) in q's dtype."""
+        b, d = self.b, self.d
+        for t, n in ((q, self.h), (k, self.hkv), (v, self.hkv)):
+            assert t.shape == (b, n * d) and t.stride(1) == 1, (t.shape, t.stride())
+        assert k_cache.is_contiguous() and v_cache.is_contiguous() and k_cache.shape == (b, self.hkv, self.len, d)
+        if out is None:
+            out = torch.empty(b, self.h * d, dtype=q.dtype, device=q.device)
+        has_norm = q_norm is not None
+        qn = q_norm if has_norm else cos
+        kn = k_norm if has_norm else cos
+        s_log2 = float(scale) * LOG2E
+        common = dict(HKV=self.hkv, G=self.g, D=d, L=self.len, S=self.splits, CHUNK=self.chunk, BLOCK_G=self.block_g,
+                      HAS_NORM=has_norm)
+        _attn_split[(b * self.hkv, self.splits)](
+            q, q.stride(0), cos, sin, qn, eps, k_cache, v_cache, pos, self.pm, self.pl, self.pacc, s_log2,
+            BLOCK_L=self.BLOCK_L, num_warps=4, num_stages=2, **common)
+        _attn_combine[(b * self.hkv,)](
+            q, k, v, q.stride(0), k.stride(0), v.stride(0), cos, sin, qn, kn, eps, k_cache, v_cache, pos,
+            self.pm, self.pl, self.pacc, out, s_log2, num_warps=4, **common)
+        return out
+
+
+# ---- GEMV: y (1, N) = x (1, K) @ W (N, K)^T, fp16/bf16 --------------------------------------------
+
+
+@triton.jit
+def _gemv(x_ptr, w_ptr, y_ptr, N, K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    pid = tl.program_id(0)
+    offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    n_mask = offs_n < N
+    rows = w_ptr + offs_n.to(tl.int64)[:, None] * K
+    acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        kk = k0 + offs_k
+        k_mask = kk < K
+        # Weights stream through once: evict them first, so x stays cached for the other programs.
+        w = tl.load(rows + kk[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0, eviction_policy="evict_first")
+        xk = tl.load(x_ptr + kk, mask=k_mask, other=0.0)
+        acc += w.to(tl.float32) * xk.to(tl.float32)[None, :]
+    y = tl.sum(acc, axis=1)
+    tl.store(y_ptr + offs_n, y.to(y_ptr.dtype.element_ty), mask=n_mask)
+
+
+# Configs tried per shape by the path table (compress.runtime.paths); (BLOCK_N, BLOCK_K, num_warps).
+GEMV_CONFIGS = ((16, 512, 4), (32, 256, 4), (8, 1024, 4), (32, 512, 8))
+
+
+def gemv(x: torch.Tensor, w: torch.Tensor, config: tuple[int, int, int] = GEMV_CONFIGS[0]) -> torch.Tensor:
+    """x (1, K) @ w (N, K)^T -> (1, N), fp32 accumulation, in x's dtype (w contiguous, same dtype)."""
+    n, k = w.shape
+    assert x.shape == (1, k) and w.stride(1) == 1 and w.stride(0) == k, (x.shape, w.shape, w.stride())
+    x = x.contiguous()
+    y = torch.empty(1, n, dtype=x.dtype, device=x.device)
+    bn, bk, warps = config
+    bk = min(bk, triton.next_power_of_2(k))
+    _gemv[(triton.cdiv(n, bn),)](x, w, y, n, K=k, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps)
+    return y
+
+
+@triton.jit
+def _gemv_w8(x_ptr, q_ptr, s_ptr, y_ptr, N, K: tl.constexpr, G: tl.constexpr, GS: tl.constexpr,
+             BLOCK_N: tl.constexpr, NG: tl.constexpr):
+    """int8 weights with one scale per (row, group of GS columns): y[n] = sum_g s[n,g] sum_k q[n,k] x[k]."""
+    pid = tl.program_id(0)
+    offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_g = tl.arange(0, NG)
+    offs_e = tl.arange(0, GS)
+    n_mask = offs_n < N
+    rows = offs_n.to(tl.int64) * K
+    acc = tl.zeros([BLOCK_N, NG, GS], tl.float32)
+    for g0 in range(0, G, NG):
+        gg = g0 + offs_g
+        g_mask = gg < G
+        kk = gg[:, None] * GS + offs_e[None, :]  # (NG, GS)
+        m3 = n_mask[:, None, None] & g_mask[None, :, None]
+        q = tl.load(q_ptr + rows[:, None, None] + kk[None, :, :], mask=m3, other=0, eviction_policy="evict_first")
+        sc = tl.load(s_ptr + offs_n[:, None] * G + gg[None, :], mask=n_mask[:, None] & g_mask[None, :], other=0.0)
+        xk = tl.load(x_ptr + kk, mask=g_mask[:, None], other=0.0)
+        acc += (q.to(tl.float32) * sc.to(tl.float32)[:, :, None]) * xk.to(tl.float32)[None, :, :]
+    y = tl.sum(tl.sum(acc, axis=2), axis=1)
+    tl.store(y_ptr + offs_n, y.to(y_ptr.dtype.element_ty), mask=n_mask)
+
+
+def gemv_w8_supported(k: int, group_size: int) -> bool:
+    """Shapes `gemv_w8` takes: power-of-two groups of 16..1024 columns that tile K exactly."""
+    return 16 <= group_size <= 1024 and group_size & (group_size - 1) == 0 and k % group_size == 0
+
+
+def gemv_w8(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, group_size: int, block_n: int = 16) -> torch.Tensor:
+    """x (1, K) fp16/bf16 @ (q (N, K) int8 * scale (N, K/group_size) per group)^T -> (1, N) in x's dtype
+    (the W8A16 math: symmetric int8 weights, fp32 accumulation)."""
+    n, k = q.shape
+    g = k // group_size
+    assert x.shape == (1, k) and q.is_contiguous() and scale.shape == (n, g) and scale.is_contiguous()
+    x = x.contiguous()
+    y = torch.empty(1, n, dtype=x.dtype, device=x.device)
+    ng = max(1, min(triton.next_power_of_2(g), 512 // group_size))  # ~512 columns per step
+    _gemv_w8[(triton.cdiv(n, block_n),)](x, q, scale, y, n, K=k, G=g, GS=group_size, BLOCK_N=block_n, NG=ng,
+                                         num_warps=4)
+    return y
+
+
+def attention_reference(q, k, v, cos, sin, k_cache, v_cache, pos: int, scale: float, q_norm=None, k_norm=None,
+                        eps: float = 1e-6) -> torch.Tensor:
+    """Plain-torch twin of DecodeAttention (float32 math; writes the cache the same way), for tests."""
+    b, hkv, _, d = k_cache.shape
+    h = q.shape[1] // d
+    qh, kh = q.reshape(b, h, d).float(), k.reshape(b, hkv, d).float()
+    if q_norm is not None:
+        qh = (qh * torch.rsqrt(qh.pow(2).mean(-1, keepdim=True) + eps)).to(q.dtype).float() * q_norm.float()
+        kh = (kh * torch.rsqrt(kh.pow(2).mean(-1, keepdim=True) + eps)).to(q.dtype).float() * k_norm.float()
+
+    def rot(t):
+        return torch.cat((-t[..., d // 2:], t[..., : d // 2]), dim=-1)
+
+    c, s = cos.float(), sin.float()
+    qh = (qh.to(q.dtype).float() * c + rot(qh.to(q.dtype).float()) * s).to(q.dtype)
+    kh = (kh.to(q.dtype).float() * c + rot(kh.to(q.dtype).float()) * s).to(q.dtype)
+    k_cache[:, :, pos] = kh
+    v_cache[:, :, pos] = v.reshape(b, hkv, d)
+    keys = k_cache[:, :, : pos + 1].float().repeat_interleave(h // hkv, dim=1)
+    vals = v_cache[:, :, : pos + 1].float().repeat_interleave(h // hkv, dim=1)
+    probs = torch.softmax(torch.einsum("bhd,bhld->bhl", qh.float(), keys) * scale, dim=-1)
+    return torch.einsum("bhl,bhld->bhd", probs, vals).reshape(b, h * d).to(q.dtype)
+
+
+def default_scale(head_dim: int) -> float:
+    return 1.0 / math.sqrt(head_dim)

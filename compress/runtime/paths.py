@@ -1,0 +1,93 @@
+"""Per-M dispatch to the fastest way of computing a layer, measured once on the GPU.
+
+A compressed layer can often be computed several ways with the same math: its own kernel, "dequantize
+into a temporary, then cuBLAS", torch._int_mm on int8 operands, or (dense layers at M = 1) the
+runtime's GEMV. Which is fastest depends on the GPU, the layer shape and M (tokens per call), and the
+kernels keep changing, so fixed thresholds go stale (last session's "dequantize at >= 512 tokens" left
+2:4 batch decode 5x slower than fp16). `PathTable.run` times every candidate the first time it sees
+(layer kind, N, K, M, dtype) and keeps the winner for that key.
+
+Timing: each candidate once to compile/warm up, then CUDA-event timings of single calls, each after
+the L2 cache is overwritten and the GPU is kept busy (so the host's launch cost stays out), median.
+Every layer of one shape shares the decision. During CUDA-graph capture nothing is measured (a key
+not seen before takes the first candidate); on a CPU the first candidate always runs.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import torch
+
+Candidate = tuple[str, Callable[[], torch.Tensor]]
+
+_FLUSH_BYTES = 256 * 2**20  # > the H100's 50 MB L2 several times over
+
+
+class PathTable:
+    def __init__(self):
+        self.choice: dict[tuple, str] = {}
+        self.timings: dict[tuple, dict[str, float]] = {}
+        self._flush: dict[torch.device, torch.Tensor] = {}
+
+    def run(self, key: tuple, candidates: Sequence[Candidate], device: torch.device) -> torch.Tensor:
+        """The output of the chosen candidate for `key` (measuring the candidates first if needed)."""
+        if len(candidates) == 1:
+            return candidates[0][1]()
+        name = self.choice.get(key)
+        if name is None:
+            if device.type != "cuda" or torch.cuda.is_current_stream_capturing():
+                return candidates[0][1]()
+            name = self._measure(key, candidates, device)
+        for n, fn in candidates:
+            if n == name:
+                return fn()
+        return candidates[0][1]()  # the candidate list changed since (e.g. another M bucket's rules)
+
+    def _measure(self, key, candidates, device) -> str:
+        times = {}
+        for name, fn in candidates:
+            try:
+                fn()  # compile / autotune / allocate
+                torch.cuda.synchronize(device)
+            except Exception as e:  # a path that cannot run this shape is simply not chosen
+                times[name] = float("inf")
+                self.timings.setdefault(key, {})[f"{name} (failed)"] = f"{type(e).__name__}: {str(e)[:80]}"
+                continue
+            samples = []
+            for _ in range(5):
+                samples.append(self._time_once(fn, device))
+                if samples[-1] > 5.0:  # ms: slow enough that one sample says it
+                    break
+            times[name] = sorted(samples)[len(samples) // 2]
+        best = min(times, key=times.get)
+        self.choice[key] = best
+        self.timings.setdefault(key, {}).update(
+            {n: round(t * 1e3, 2) for n, t in times.items() if t != float("inf")})  # us
+        return best
+
+    def _time_once(self, fn, device) -> float:
+        buf = self._flush.get(device)
+        if buf is None:
+            buf = self._flush[device] = torch.empty(_FLUSH_BYTES // 4, dtype=torch.float32, device=device)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        buf.fill_(1.0)  # evicts the weights from L2, as between two layers of a real decode step
+        torch.cuda._sleep(200_000)  # ~0.1 ms: the host enqueues the call before the GPU reaches it
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end)
+
+    def report(self) -> list[dict]:
+        """Every measured key: its choice and the candidates' times (microseconds)."""
+        return [{"layer": k[0], "N": k[1], "K": k[2], "M": k[3], "chosen": self.choice.get(k), "us": t}
+                for k, t in sorted(self.timings.items(), key=lambda kv: tuple(map(str, kv[0])))]
+
+    def clear(self) -> None:
+        self.choice.clear()
+        self.timings.clear()
+        self._flush.clear()
+
+
+TABLE = PathTable()  # one per process: decisions depend only on shapes and the device
