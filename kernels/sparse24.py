@@ -23,8 +23,9 @@ import triton.language as tl
 
 from compress.errors import CompressError
 from compress.packing.sparse24 import meta_words, unpack_sparse24
-from kernels._common import check_activation, check_device, interpreter_dot_f32, plan_split_k, splitk_buffers, splitk_epilogue
-from kernels.w8a8 import ACT_EPS, _quantize_tile, _round_half_even, _row_scales, quantize_per_token_ref
+from kernels._common import (check_activation, check_device, interpreter_dot_f32, interpreting, plan_split_k, splitk_buffers,
+                             splitk_epilogue)
+from kernels.w8a8 import ACT_EPS, _quantize_tile, _row_scales, quantize_per_token, quantize_per_token_ref
 
 GEMV_MAX_M = 2
 
@@ -32,7 +33,8 @@ GEMV_MAX_M = 2
 @triton.jit
 def _sparse24_gemv_kernel(
     # tensors
-    x_ptr,  # (M, K) fp16/bf16
+    x_ptr,  # (M, K) fp16/bf16, or int8 activations quantized once by quantize_per_token when INT8
+    sx_ptr,  # (M,) fp32 token scales (INT8 only)
     v_ptr,  # (N, K/2) kept values (fp16/bf16/int8)
     meta_ptr,  # (N, MW) int32, MW = ceil(K/32)
     sw_ptr,  # (N,) channel scales (INT8 only)
@@ -54,6 +56,7 @@ def _sparse24_gemv_kernel(
     EPS: tl.constexpr,
     BN: tl.constexpr,
     BW: tl.constexpr,  # meta words (32 columns of K each) per iteration
+    XB: tl.constexpr,  # load activations through a (BN, BW, 16) pointer tile (lands in the values' layout)
 ):
     pid_n = tl.program_id(0)
     pid_s = tl.program_id(1)
@@ -64,9 +67,8 @@ def _sparse24_gemv_kernel(
     half_k = K // 2
     x_row = x_ptr + m * stride_xm
 
-    if INT8:  # per-token activation scale over the whole row
-        offs_one = tl.zeros([1], dtype=tl.int32) + m
-        sx = tl.sum(_row_scales(x_ptr, offs_one, offs_one < M, stride_xm, K, 2048, EPS), axis=0)
+    if INT8:  # x was quantized once per token before this kernel: no division in the loop
+        sx = tl.load(sx_ptr + m)
 
     acc = tl.zeros([BN, BW, 16], dtype=tl.float32)
     w_start = pid_s * WORDS_PER_SPLIT
@@ -78,23 +80,195 @@ def _sparse24_gemv_kernel(
         vals = tl.load(v_ptr + offs_n[:, None, None] * half_k + slot[None, :, :], mask=n_mask[:, None, None] & s_mask[None, :, :],
                        other=0).to(tl.float32)  # (BN, BW, 16)
         pos = (meta[:, :, None] >> (2 * offs_j)[None, None, :]) & 3  # (BN, BW, 16)
-        kbase = (slot // 2) * 4  # first column of the slot's group
-        x0 = tl.load(x_row + kbase, mask=s_mask, other=0.0).to(tl.float32)
-        x1 = tl.load(x_row + kbase + 1, mask=s_mask, other=0.0).to(tl.float32)
-        x2 = tl.load(x_row + kbase + 2, mask=s_mask, other=0.0).to(tl.float32)
-        x3 = tl.load(x_row + kbase + 3, mask=s_mask, other=0.0).to(tl.float32)
-        if INT8:
-            x0 = tl.minimum(tl.maximum(_round_half_even(tl.math.div_rn(x0, sx)), -127.0), 127.0)
-            x1 = tl.minimum(tl.maximum(_round_half_even(tl.math.div_rn(x1, sx)), -127.0), 127.0)
-            x2 = tl.minimum(tl.maximum(_round_half_even(tl.math.div_rn(x2, sx)), -127.0), 127.0)
-            x3 = tl.minimum(tl.maximum(_round_half_even(tl.math.div_rn(x3, sx)), -127.0), 127.0)
-        lo = tl.where(pos == 0, x0[None, :, :], x1[None, :, :])
-        hi = tl.where(pos == 2, x2[None, :, :], x3[None, :, :])
+        if XB:
+            kb = (slot // 2)[None, :, :] * 4 + 0 * offs_n[:, None, None]  # (BN, BW, 16)
+            xm = s_mask[None, :, :] & n_mask[:, None, None]
+        else:
+            kb = (slot // 2) * 4  # first column of the slot's group
+            xm = s_mask
+        x0 = tl.load(x_row + kb, mask=xm, other=0).to(tl.float32)
+        x1 = tl.load(x_row + kb + 1, mask=xm, other=0).to(tl.float32)
+        x2 = tl.load(x_row + kb + 2, mask=xm, other=0).to(tl.float32)
+        x3 = tl.load(x_row + kb + 3, mask=xm, other=0).to(tl.float32)
+        if XB:
+            lo = tl.where(pos == 0, x0, x1)
+            hi = tl.where(pos == 2, x2, x3)
+        else:
+            lo = tl.where(pos == 0, x0[None, :, :], x1[None, :, :])
+            hi = tl.where(pos == 2, x2[None, :, :], x3[None, :, :])
         acc += vals * tl.where(pos < 2, lo, hi)
 
     out = tl.sum(tl.sum(acc, axis=2), axis=1)  # (BN,)
     if INT8:
         out = out * tl.load(sw_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32) * sx
+    splitk_epilogue(out, out_ptr + m * stride_om + offs_n, n_mask, ws_ptr, lock_ptr, tl.arange(0, BN),
+                    m * tl.num_programs(0) + pid_n, pid_s, S, BN)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Decode GEMVs that pick the activations with PRMT (one byte-permute instead of 3 compares and 3 selects
+# per kept value, and no layout conversion: every operand is loaded in the tile's own layout).
+# Float values: one int32 word holds the two kept values of a group of 4; the x candidates of the group
+# are two words (x0 x1 | x2 x3); the 2-bit positions p0, p1 build the PRMT selector 0x1010 + 0x22 p0 +
+# 0x2200 p1 that moves x[p0] and x[p1] into one word; then fp32 multiply-adds.
+# int8 values: one word holds two groups (4 kept values); x was quantized once per token (int8), so the
+# 4 candidates of a group are one word; the meta byte of the two groups, with its 2-bit fields spread to
+# the 4 selector nibbles (+4 for the second group), gathers the 4 activations, and one dp4a multiplies
+# and accumulates them in int32.
+_F_ASM = tl.constexpr(tuple(
+    "{ .reg .b32 t, a, b, sel, xs; .reg .b16 h0, h1, y0, y1; .reg .f32 f0, f1, g0, g1; "
+    "shr.u32 t, $2, $3; and.b32 a, t, 3; and.b32 b, t, 12; shl.b32 b, b, 6; or.b32 a, a, b; "
+    "mad.lo.u32 sel, a, 0x22, 0x1010; prmt.b32 xs, $4, $5, sel; mov.b32 {h0, h1}, $1; mov.b32 {y0, y1}, xs; "
+    f"cvt.f32.{t} f0, h0; cvt.f32.{t} f1, h1; cvt.f32.{t} g0, y0; cvt.f32.{t} g1, y1; "
+    "mul.f32 f0, f0, g0; fma.rn.f32 $0, f1, g1, f0; }" for t in ("f16", "bf16")))
+_I_ASM = tl.constexpr(
+    "{ .reg .b32 b, t, u, sel, xs; shr.u32 b, $2, $3; and.b32 b, b, 0xFF; "
+    "shl.b32 t, b, 4; or.b32 t, t, b; and.b32 t, t, 0x0F0F; shl.b32 u, t, 2; or.b32 u, u, t; and.b32 u, u, 0x3333; "
+    "or.b32 sel, u, 0x4400; prmt.b32 xs, $4, $5, sel; dp4a.s32.s32 $0, $1, xs, $6; }")
+
+
+@triton.jit
+def _half_to_f32(h, IS_BF16: tl.constexpr):
+    """Low 16 bits of int32 h as fp16/bf16 -> fp32 (plain integer ops, for the CPU interpreter)."""
+    if IS_BF16:
+        return (h << 16).to(tl.float32, bitcast=True)
+    return h.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+
+
+@triton.jit
+def _sparse24_gemv_f_kernel(
+    x_ptr,  # (M, K/2) int32 view of fp16/bf16 x
+    v_ptr,  # (N, K/4) int32 view of the kept values
+    meta_ptr,  # (N, MW) int32
+    out_ptr,  # (M, N)
+    ws_ptr,  # split-K workspace (fp32)
+    lock_ptr,  # split-K tile counters (int32)
+    M,
+    N,
+    G,  # groups of 4 per row = K / 4
+    MW,
+    WORDS_PER_SPLIT,  # meta words per split, multiple of BW
+    S,
+    stride_xm,  # in int32 words
+    stride_om,
+    IS_BF16: tl.constexpr,
+    USE_ASM: tl.constexpr,
+    BN: tl.constexpr,
+    BW: tl.constexpr,  # meta words (8 groups each) per iteration
+):
+    pid_n = tl.program_id(0)
+    pid_s = tl.program_id(1)
+    m = tl.program_id(2)
+    offs_n = pid_n * BN + tl.arange(0, BN)
+    n_mask = offs_n < N
+    offs_w = tl.arange(0, BW)
+    offs_c = tl.arange(0, 8)
+    sh = (4 * offs_c)[None, None, :] + tl.zeros([BN, BW, 8], dtype=tl.int32)  # bit offset of the group's positions
+    x_row = x_ptr + m * stride_xm
+
+    acc = tl.zeros([BN, BW, 8], dtype=tl.float32)
+    w_start = pid_s * WORDS_PER_SPLIT
+    g0 = w_start * 8 + offs_w[:, None] * 8 + offs_c[None, :]  # (BW, 8) group index of the first iteration
+    # Loop-carried pointers (one add per iteration instead of a 64-bit address per element).
+    v_ptrs = v_ptr + offs_n[:, None, None] * G + g0[None, :, :]
+    m_ptrs = meta_ptr + offs_n[:, None] * MW + (w_start + offs_w)[None, :]
+    x_ptrs = x_row + 2 * g0[:, :, None] + tl.arange(0, 2)[None, None, :]  # (BW, 8, 2): 16 contiguous words per row
+    for ww in range(0, WORDS_PER_SPLIT, BW):
+        g = g0 + ww * 8
+        g_ok = g < G
+        v = tl.load(v_ptrs, mask=n_mask[:, None, None] & g_ok[None, :, :], other=0)
+        meta = tl.load(m_ptrs, mask=n_mask[:, None] & ((w_start + ww + offs_w) < MW)[None, :], other=0)
+        meta = tl.broadcast_to(meta[:, :, None], [BN, BW, 8])
+        x01, x23 = tl.split(tl.load(x_ptrs, mask=g_ok[:, :, None], other=0))
+        x01 = tl.broadcast_to(x01[None, :, :], [BN, BW, 8])
+        x23 = tl.broadcast_to(x23[None, :, :], [BN, BW, 8])
+        v_ptrs += BW * 8
+        m_ptrs += BW
+        x_ptrs += BW * 16
+        if USE_ASM:
+            acc += tl.inline_asm_elementwise(_F_ASM[IS_BF16], "=f,r,r,r,r,r", [v, meta, sh, x01, x23], dtype=tl.float32,
+                                             is_pure=True, pack=1)
+        else:
+            t = meta >> sh
+            p0 = t & 3
+            p1 = (t >> 2) & 3
+            xs0 = tl.where(p0 < 2, x01 >> (16 * p0), x23 >> (16 * (p0 - 2))) & 0xFFFF
+            xs1 = tl.where(p1 < 2, x01 >> (16 * p1), x23 >> (16 * (p1 - 2))) & 0xFFFF
+            acc += (_half_to_f32(v & 0xFFFF, IS_BF16) * _half_to_f32(xs0, IS_BF16)
+                    + _half_to_f32((v >> 16) & 0xFFFF, IS_BF16) * _half_to_f32(xs1, IS_BF16))
+
+    out = tl.sum(tl.sum(acc, axis=2), axis=1)
+    splitk_epilogue(out, out_ptr + m * stride_om + offs_n, n_mask, ws_ptr, lock_ptr, tl.arange(0, BN),
+                    m * tl.num_programs(0) + pid_n, pid_s, S, BN)
+
+
+@triton.jit
+def _sbyte(w, i):
+    """Byte i (0..3, tensor) of int32 w as a signed integer (plain ops, for the CPU interpreter)."""
+    b = (w >> (8 * i)) & 0xFF
+    return (b ^ 0x80) - 0x80
+
+
+@triton.jit
+def _sparse24_gemv_i_kernel(
+    x_ptr,  # (M, K/4) int32 view of the int8 activations (quantize_per_token)
+    sx_ptr,  # (M,) fp32 token scales
+    v_ptr,  # (N, K/8) int32 view of the int8 kept values (two groups per word)
+    meta_ptr,  # (N, MW) int32
+    sw_ptr,  # (N,) channel scales
+    out_ptr,  # (M, N)
+    ws_ptr,
+    lock_ptr,
+    M,
+    N,
+    VW,  # value words per row = K / 8
+    MW,
+    WORDS_PER_SPLIT,  # meta words per split, multiple of BW
+    S,
+    stride_xm,  # in int32 words
+    stride_om,
+    USE_ASM: tl.constexpr,
+    BN: tl.constexpr,
+    BW: tl.constexpr,
+):
+    pid_n = tl.program_id(0)
+    pid_s = tl.program_id(1)
+    m = tl.program_id(2)
+    offs_n = pid_n * BN + tl.arange(0, BN)
+    n_mask = offs_n < N
+    offs_w = tl.arange(0, BW)
+    offs_c = tl.arange(0, 4)
+    sh = (8 * offs_c)[None, None, :] + tl.zeros([BN, BW, 4], dtype=tl.int32)  # the meta byte of the word's 2 groups
+    x_row = x_ptr + m * stride_xm
+
+    acc = tl.zeros([BN, BW, 4], dtype=tl.int32)
+    w_start = pid_s * WORDS_PER_SPLIT
+    i0 = w_start * 4 + offs_w[:, None] * 4 + offs_c[None, :]  # (BW, 4) value word of the first iteration
+    v_ptrs = v_ptr + offs_n[:, None, None] * VW + i0[None, :, :]
+    m_ptrs = meta_ptr + offs_n[:, None] * MW + (w_start + offs_w)[None, :]
+    x_ptrs = x_row + 2 * i0[:, :, None] + tl.arange(0, 2)[None, None, :]  # (BW, 4, 2): 8 contiguous words per row
+    for ww in range(0, WORDS_PER_SPLIT, BW):
+        i = i0 + ww * 4
+        i_ok = i < VW
+        v = tl.load(v_ptrs, mask=n_mask[:, None, None] & i_ok[None, :, :], other=0)
+        meta = tl.load(m_ptrs, mask=n_mask[:, None] & ((w_start + ww + offs_w) < MW)[None, :], other=0)
+        meta = tl.broadcast_to(meta[:, :, None], [BN, BW, 4])
+        xe, xo = tl.split(tl.load(x_ptrs, mask=i_ok[:, :, None], other=0))
+        xe = tl.broadcast_to(xe[None, :, :], [BN, BW, 4])
+        xo = tl.broadcast_to(xo[None, :, :], [BN, BW, 4])
+        v_ptrs += BW * 4
+        m_ptrs += BW
+        x_ptrs += BW * 8
+        if USE_ASM:
+            acc = tl.inline_asm_elementwise(_I_ASM, "=r,r,r,r,r,r,r", [v, meta, sh, xe, xo, acc], dtype=tl.int32,
+                                            is_pure=True, pack=1)
+        else:
+            b = (meta >> sh) & 0xFF
+            acc += (_sbyte(v, 0) * _sbyte(xe, b & 3) + _sbyte(v, 1) * _sbyte(xe, (b >> 2) & 3)
+                    + _sbyte(v, 2) * _sbyte(xo, (b >> 4) & 3) + _sbyte(v, 3) * _sbyte(xo, (b >> 6) & 3))
+
+    dot = tl.sum(tl.sum(acc, axis=2), axis=1)  # exact int32
+    out = dot.to(tl.float32) * tl.load(sw_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32) * tl.load(sx_ptr + m)
     splitk_epilogue(out, out_ptr + m * stride_om + offs_n, n_mask, ws_ptr, lock_ptr, tl.arange(0, BN),
                     m * tl.num_programs(0) + pid_n, pid_s, S, BN)
 
@@ -228,23 +402,44 @@ def _launch(x, values, meta, w_scale, config: dict | None = None) -> torch.Tenso
     cfg = dict(config or _config(m))
     sw = w_scale.reshape(n) if int8 else values  # sw_ptr unused unless INT8
     mw = meta_words(k)
-    if cfg["kind"] == "gemv":
+    if cfg["kind"] == "prmt" and (not int8 or k % 8 == 0):
         bw = cfg["BW"]
         n_tiles = triton.cdiv(n, cfg["BN"])
         steps = triton.cdiv(mw, bw)
-        split = cfg.get("split") or plan_split_k(n_tiles * m, steps, x.device)
+        split = cfg.get("split") or plan_split_k(n_tiles * m, steps, x.device, cfg.get("waves", 2.0))
         per = triton.cdiv(steps, split)
         split = triton.cdiv(steps, per)
         ws, locks = splitk_buffers(x.device, n_tiles * m, split, cfg["BN"])
+        if int8:
+            xq, sx = quantize_per_token(x2)
+            x32 = xq.view(torch.int32)
+            _sparse24_gemv_i_kernel[(n_tiles, split, m)](
+                x32, sx, values.view(torch.int32), meta, sw, out, ws, locks, m, n, k // 8, mw, per * bw, split,
+                x32.stride(0), n, USE_ASM=not interpreting(), BN=cfg["BN"], BW=bw, num_warps=cfg["num_warps"])
+        else:
+            x32 = x2.view(torch.int32)
+            _sparse24_gemv_f_kernel[(n_tiles, split, m)](
+                x32, values.view(torch.int32), meta, out, ws, locks, m, n, k // 4, mw, per * bw, split, x32.stride(0), n,
+                IS_BF16=x.dtype == torch.bfloat16, USE_ASM=not interpreting(), BN=cfg["BN"], BW=bw,
+                num_warps=cfg["num_warps"])
+    elif cfg["kind"] in ("gemv", "prmt"):
+        bw = cfg["BW"]
+        n_tiles = triton.cdiv(n, cfg["BN"])
+        steps = triton.cdiv(mw, bw)
+        split = cfg.get("split") or plan_split_k(n_tiles * m, steps, x.device, cfg.get("waves", 2.0))
+        per = triton.cdiv(steps, split)
+        split = triton.cdiv(steps, per)
+        ws, locks = splitk_buffers(x.device, n_tiles * m, split, cfg["BN"])
+        xin, sx = quantize_per_token(x2) if int8 else (x2, sw)  # sx_ptr unused unless INT8
         _sparse24_gemv_kernel[(n_tiles, split, m)](
-            x2, values, meta, sw, out, ws, locks, m, n, k, mw, per * bw, split, x2.stride(0), n,
-            INT8=int8, EPS=ACT_EPS, BN=cfg["BN"], BW=bw, num_warps=cfg["num_warps"],
+            xin, sx, values, meta, sw, out, ws, locks, m, n, k, mw, per * bw, split, xin.stride(0), n,
+            INT8=int8, EPS=ACT_EPS, BN=cfg["BN"], BW=bw, XB=cfg.get("XB", False), num_warps=cfg["num_warps"],
         )
     else:
         bk = cfg["BK"]
         n_tiles, m_tiles = triton.cdiv(n, cfg["BN"]), triton.cdiv(m, cfg["BM"])
         steps = triton.cdiv(k, bk)
-        split = cfg.get("split") or plan_split_k(n_tiles * m_tiles, steps, x.device)
+        split = cfg.get("split") or plan_split_k(n_tiles * m_tiles, steps, x.device, cfg.get("waves", 2.0))
         per = triton.cdiv(steps, split)
         split = triton.cdiv(steps, per)
         ws, locks = splitk_buffers(x.device, n_tiles * m_tiles, split, cfg["BN"] * cfg["BM"])

@@ -21,7 +21,8 @@ import triton.language as tl
 
 from compress.errors import CompressError
 from compress.packing.int4 import BLOCK_K, GROUP_SIZES, dequantize_int4, num_groups, padded_k, unpack_int4
-from kernels._common import check_activation, check_device, interpreter_dot_f32, plan_split_k, splitk_buffers, splitk_epilogue
+from kernels._common import (check_activation, check_device, interpreter_dot_f32, interpreting, plan_split_k, splitk_buffers,
+                             splitk_epilogue)
 
 # Largest M served by the CUDA-core GEMV; above it the tensor-core kernel wins (see bench notes).
 GEMV_MAX_M = 1
@@ -194,6 +195,287 @@ def _w4a16_mma_kernel(
                     pid_m * tl.num_programs(0) + pid_n, pid_s, S, BN * BM)
 
 
+# ---------------------------------------------------------------------------------------------------------
+# Tensor-core kernel with paired dequantisation ("tc"). Triton places the words tile straight in the mma
+# A-operand register layout (checked in the SASS: no shared-memory round trip for the weights), where each
+# thread holds the words of two consecutive k columns. One inline-asm block per pair: PRMT joins the two
+# words' low (slices 0-3) or high (slices 4-7) halves, SHR brings slice j to bits 0 and 16, LOP3 masks both
+# nibbles and ORs in the exponent of 1024 (fp16) or 128 (bf16), one f16x2/bf16x2 subtract removes base +
+# zero point (exact) and one multiply applies the group scale: two weights per 4-5 instructions instead of
+# 5-6 per weight in the scalar form. With the scale inside the weights, one tensor-core product spans NB
+# blocks of 128 (several groups), so the per-slice activation staging and barriers are paid once per NB.
+def _pair_asm(j: int, bf16: bool, asym: bool, scaled: bool) -> str:
+    """PTX for one pair of weights of slice j: $1 $2 the two words; asym: $3 = base + zero (pair);
+    scaled: the next operand = scales (pair). Output $0: two weights (u - z) [* s] as f16x2 / bf16x2."""
+    sel = "0x5410" if j < 4 else "0x7632"
+    jj = j % 4
+    magic = "0x43004300" if bf16 else "0x64006400"
+    sub, mul, fma = ("sub.rn.bf16x2", "mul.rn.bf16x2", "fma.rn.bf16x2") if bf16 else ("sub.f16x2", "mul.f16x2", "fma.rn.f16x2")
+    body = f"prmt.b32 t, $1, $2, {sel}; "
+    # fp16, symmetric, odd jj: mask the nibble where it sits (bits 4-7 / 20-23, inside fp16's 10-bit mantissa):
+    # 1024 + 16u, then (1024 + 16u) / 16 - 72 = u - 8 in one exact fma; saves the shift.
+    high_nibble = not bf16 and not asym and jj % 2 == 1
+    shift = 4 * jj - (4 if high_nibble else 0)
+    if shift:
+        body += f"shr.u32 t, t, {shift}; "
+    mask = "0x00F000F0" if high_nibble else "0x000F000F"
+    body += f"lop3.b32 t, t, {mask}, {magic}, 0xEA; "
+    out = "t" if scaled else "$0"
+    if high_nibble:
+        body += f"mov.b32 z, 0x2C002C00; mov.b32 y, 0xD480D480; {fma} {out}, t, z, y; "  # 1/16, -72
+    elif asym:
+        body += f"{sub} {out}, t, $3; "
+    else:
+        body += "mov.b32 z, " + ("0x43084308" if bf16 else "0x64086408") + f"; {sub} {out}, t, z; "  # base + 8
+    if scaled:
+        body += f"{mul} $0, t, {'$4' if asym else '$3'}; "
+    return "{ .reg .b32 t, z, y; " + body + "}"
+
+
+# Flat table: index 32 * scaled + 16 * bf16 + 8 * asym + j (Triton indexes constexpr tuples one level deep).
+_PAIR_ASM = tl.constexpr(tuple(_pair_asm(j, bf, asym, sc) for sc in (False, True) for bf in (False, True)
+                               for asym in (False, True) for j in range(8)))
+
+
+@triton.jit
+def _dequant_slice(words, zz, sc, J: tl.constexpr, ASYM: tl.constexpr, IS_BF16: tl.constexpr, USE_ASM: tl.constexpr):
+    """Slice J of a words tile as weights (u - z) * s in x's dtype. zz: base + z (1024 + z for fp16, 128 + z
+    for bf16) in x's dtype, read only when ASYM; sc: scales in x's dtype; both the shape of words."""
+    if USE_ASM:
+        if ASYM:
+            w = tl.inline_asm_elementwise(_PAIR_ASM[32 + 16 * IS_BF16 + 8 + J], "=r,r,r,r,r", [words, zz, sc],
+                                          dtype=sc.dtype, is_pure=True, pack=2)
+        else:
+            w = tl.inline_asm_elementwise(_PAIR_ASM[32 + 16 * IS_BF16 + J], "=r,r,r,r", [words, sc], dtype=sc.dtype,
+                                          is_pure=True, pack=2)
+    else:  # Triton's CPU interpreter runs no inline asm: the same values (one rounding, of the product)
+        u = ((words >> (4 * J)) & 0xF).to(tl.float32)
+        if ASYM:
+            base = zz.to(tl.float32)
+        elif IS_BF16:
+            base = 136.0
+        else:
+            base = 1032.0
+        if IS_BF16:
+            w = ((u + 128.0 - base) * sc.to(tl.float32)).to(sc.dtype)
+        else:
+            w = ((u + 1024.0 - base) * sc.to(tl.float32)).to(sc.dtype)
+    return w
+
+
+@triton.jit
+def _w4a16_tc_kernel(
+    # tensors
+    x_ptr,  # (M, K) fp16/bf16
+    q_ptr,  # (N, Kp/8) int32
+    s_ptr,  # (G, N)
+    z_ptr,  # (G, N) uint8
+    out_ptr,  # (M, N)
+    ws_ptr,  # split-K workspace (fp32)
+    lock_ptr,  # split-K tile counters (int32)
+    # sizes
+    M,
+    N,
+    K,
+    KW,
+    STEPS_PER_SPLIT,  # steps of NB blocks
+    TOTAL_BLOCKS,
+    S,
+    # strides
+    stride_xm,
+    stride_om,
+    # meta
+    GROUP: tl.constexpr,
+    ASYM: tl.constexpr,
+    IS_BF16: tl.constexpr,
+    DOT_F32: tl.constexpr,
+    USE_ASM: tl.constexpr,
+    BN: tl.constexpr,
+    BM: tl.constexpr,
+    NB: tl.constexpr,  # 128-blocks per step (one product of K = 16 * NB per slice)
+):
+    pid_n = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    pid_s = tl.program_id(2)
+    offs_n = pid_n * BN + tl.arange(0, BN)
+    n_mask = offs_n < N
+    offs_m = pid_m * BM + tl.arange(0, BM)
+    m_mask = offs_m < M
+    offs_c = tl.arange(0, 16 * NB)  # column of the step's words tile: block c // 16, word c % 16
+    blk_c = offs_c // 16
+    r_c = offs_c % 16
+    xdt = x_ptr.dtype.element_ty
+
+    s_start = pid_s * STEPS_PER_SPLIT
+    s_end = tl.minimum(s_start + STEPS_PER_SPLIT, tl.cdiv(TOTAL_BLOCKS, NB))
+    q_rows = q_ptr + offs_n[:, None] * KW + offs_c[None, :]  # (BN, 16 NB)
+    x_rows = x_ptr + offs_m[None, :] * stride_xm  # (1, BM)
+
+    acc = tl.zeros([BN, BM], dtype=tl.float32)
+    for st in range(s_start, s_end):
+        blk = st * NB + blk_c  # (16 NB,) block of each column
+        c_ok = blk < TOTAL_BLOCKS
+        words = tl.load(q_rows + st * NB * 16, mask=n_mask[:, None] & c_ok[None, :], other=0)
+        for j in tl.static_range(8):
+            if (j * 16) % GROUP == 0:  # first slice of a group: that group's scales (and zero points)
+                k_first = blk * 128 + j * 16
+                g_ok = n_mask[:, None] & (c_ok & (k_first < K))[None, :]
+                g_off = (k_first // GROUP)[None, :] * N + offs_n[:, None]
+                sc = tl.load(s_ptr + g_off, mask=g_ok, other=0.0)
+                zz = sc  # unused unless ASYM
+                if ASYM:
+                    zf = tl.load(z_ptr + g_off, mask=g_ok, other=0).to(tl.float32)
+                    if IS_BF16:
+                        zz = (zf + 128.0).to(xdt)
+                    else:
+                        zz = (zf + 1024.0).to(xdt)
+            w = _dequant_slice(words, zz, sc, j, ASYM, IS_BF16, USE_ASM)
+            kk = blk * 128 + j * 16 + r_c  # (16 NB,) absolute k of each column
+            xt = tl.load(x_rows + kk[:, None], mask=(kk < K)[:, None] & m_mask[None, :], other=0.0)  # (16 NB, BM)
+            if DOT_F32:  # Triton's CPU interpreter multiplies bf16 bit patterns as integers
+                acc = tl.dot(w.to(tl.float32), xt.to(tl.float32), acc)
+            else:
+                acc = tl.dot(w, xt, acc)
+
+    ptrs = out_ptr + offs_m[None, :] * stride_om + offs_n[:, None]
+    local = tl.arange(0, BN)[:, None] * BM + tl.arange(0, BM)[None, :]
+    splitk_epilogue(acc, ptrs, n_mask[:, None] & m_mask[None, :], ws_ptr, lock_ptr, local,
+                    pid_m * tl.num_programs(0) + pid_n, pid_s, S, BN * BM)
+
+
+@triton.jit
+def _w4a16_tcx_kernel(
+    # tensors
+    x_ptr,  # (M, K) fp16/bf16
+    q_ptr,  # (N, Kp/8) int32
+    s_ptr,  # (G, N)
+    z_ptr,  # (G, N) uint8
+    out_ptr,  # (M, N)
+    ws_ptr,  # split-K workspace (fp32)
+    lock_ptr,  # split-K tile counters (int32)
+    # sizes
+    M,
+    N,
+    K,
+    KW,
+    BLOCKS_PER_SPLIT,
+    TOTAL_BLOCKS,
+    S,
+    # strides
+    stride_xm,
+    stride_om,
+    # meta
+    GROUP: tl.constexpr,
+    ASYM: tl.constexpr,
+    IS_BF16: tl.constexpr,
+    DOT_F32: tl.constexpr,
+    USE_ASM: tl.constexpr,
+    EVEN: tl.constexpr,  # K % 128 == 0 and N % BN == 0: no masks on weights or activations along K
+    BN: tl.constexpr,
+    BM: tl.constexpr,
+):
+    """Activations on the left of the tensor-core product (out = x @ W^T, tiles (BM, 16) @ (16, BN)): x is the
+    small operand, loaded per slice; the weights' words are moved into the right-operand register layout
+    once per 128-block (one shared-memory pass for 8 slices) and dequantized there, two per asm block. The
+    warps split N and never wait on each other inside a slice (mma.sync, no warpgroup barriers)."""
+    pid_n = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    pid_s = tl.program_id(2)
+    offs_n = pid_n * BN + tl.arange(0, BN)
+    n_mask = offs_n < N
+    offs_m = pid_m * BM + tl.arange(0, BM)
+    m_mask = offs_m < M
+    offs_r = tl.arange(0, 16)
+    xdt = x_ptr.dtype.element_ty
+
+    b_start = pid_s * BLOCKS_PER_SPLIT
+    b_end = tl.minimum(b_start + BLOCKS_PER_SPLIT, TOTAL_BLOCKS)
+    q_rows = q_ptr + offs_n[:, None] * KW + offs_r[None, :]  # (BN, 16): 16-byte vector loads along a row
+    x_rows = x_ptr + offs_m[:, None] * stride_xm + offs_r[None, :]  # (BM, 16)
+    if IS_BF16:
+        zz = (tl.zeros([1, BN], dtype=tl.float32) + 136.0).to(xdt)  # 128 + 8 (read only when ASYM)
+    else:
+        zz = (tl.zeros([1, BN], dtype=tl.float32) + 1032.0).to(xdt)  # 1024 + 8
+
+    acc = tl.zeros([BM, BN], dtype=tl.float32)
+    for b in range(b_start, b_end):
+        if EVEN:
+            words = tl.trans(tl.load(q_rows + b * 16))  # (16, BN)
+        else:
+            words = tl.trans(tl.load(q_rows + b * 16, mask=n_mask[:, None], other=0))
+        part = tl.zeros([BM, BN], dtype=tl.float32)
+        for j in tl.static_range(8):
+            k0 = b * 128 + j * 16
+            if (j * 16) % GROUP == 0:  # first slice of a group: its scales (and zero points)
+                if EVEN:
+                    scale = tl.load(s_ptr + (k0 // GROUP) * N + offs_n).to(tl.float32)
+                else:
+                    scale = tl.load(s_ptr + (k0 // GROUP) * N + offs_n, mask=n_mask & (k0 < K), other=0.0).to(tl.float32)
+                if ASYM:
+                    zf = tl.load(z_ptr + (k0 // GROUP) * N + offs_n, mask=n_mask & (k0 < K), other=0).to(tl.float32)
+                    if IS_BF16:
+                        zz = (zf + 128.0).to(xdt)[None, :]
+                    else:
+                        zz = (zf + 1024.0).to(xdt)[None, :]
+            if USE_ASM:
+                if ASYM:
+                    w = tl.inline_asm_elementwise(_PAIR_ASM[16 * IS_BF16 + 8 + j], "=r,r,r,r", [words, tl.broadcast_to(zz, words.shape)],
+                                                  dtype=xdt, is_pure=True, pack=2)
+                else:
+                    w = tl.inline_asm_elementwise(_PAIR_ASM[16 * IS_BF16 + j], "=r,r,r", [words], dtype=xdt, is_pure=True, pack=2)
+            else:  # CPU interpreter: the same exact values from plain ops
+                w = (((words >> (4 * j)) & 0xF).to(tl.float32) - (zz.to(tl.float32) - (128.0 if IS_BF16 else 1024.0))).to(xdt)
+            if EVEN:
+                xa = tl.load(x_rows + k0, mask=m_mask[:, None], other=0.0)
+            else:
+                xa = tl.load(x_rows + k0, mask=m_mask[:, None] & ((k0 + offs_r) < K)[None, :], other=0.0)
+            if DOT_F32:  # Triton's CPU interpreter multiplies bf16 bit patterns as integers
+                part = tl.dot(xa.to(tl.float32), w.to(tl.float32), part)
+            else:
+                part = tl.dot(xa, w, part)  # (BM, 16) @ (16, BN)
+            if ((j + 1) * 16) % GROUP == 0:  # group complete: scale its partial sums once
+                acc += part * scale[None, :]
+                part = tl.zeros([BM, BN], dtype=tl.float32)
+
+    ptrs = out_ptr + offs_m[:, None] * stride_om + offs_n[None, :]
+    local = tl.arange(0, BM)[:, None] * BN + tl.arange(0, BN)[None, :]
+    splitk_epilogue(acc, ptrs, m_mask[:, None] & n_mask[None, :], ws_ptr, lock_ptr, local,
+                    pid_m * tl.num_programs(0) + pid_n, pid_s, S, BN * BM)
+
+
+@triton.jit
+def _w4a16_dequant_kernel(q_ptr, s_ptr, z_ptr, w_ptr, N, K, KW, GROUP: tl.constexpr, ASYM: tl.constexpr, BN: tl.constexpr):
+    """W (N, K) in the scales' dtype from the packed layout: one (BN, 128) block per program. Used for large
+    M, where one dequantization pass plus the dense cuBLAS GEMM beats dequantizing inside every M-tile."""
+    offs_n = tl.program_id(0) * BN + tl.arange(0, BN)
+    b = tl.program_id(1)
+    n_mask = offs_n < N
+    offs_r = tl.arange(0, 16)
+    words = tl.load(q_ptr + offs_n[:, None] * KW + b * 16 + offs_r[None, :], mask=n_mask[:, None], other=0)
+    for j in tl.static_range(8):
+        k = b * 128 + j * 16 + offs_r  # (16,)
+        g = (b * 128 + j * 16) // GROUP
+        ok = n_mask & (b * 128 + j * 16 < K)
+        scale = tl.load(s_ptr + g * N + offs_n, mask=ok, other=0.0).to(tl.float32)
+        if ASYM:
+            zero = tl.load(z_ptr + g * N + offs_n, mask=ok, other=0).to(tl.float32)
+        else:
+            zero = tl.zeros([BN], dtype=tl.float32) + 8.0
+        w = (((words >> (4 * j)) & 0xF).to(tl.float32) - zero[:, None]) * scale[:, None]
+        tl.store(w_ptr + offs_n[:, None] * K + k[None, :], w.to(w_ptr.dtype.element_ty), mask=n_mask[:, None] & (k < K)[None, :])
+
+
+def dequantize_w4a16(qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None, group_size: int, k: int) -> torch.Tensor:
+    """(N, K) weight in the scales' dtype (each value rounded once from the exact fp32 (u - z) * s)."""
+    n = qweight.shape[0]
+    w = torch.empty(n, k, device=qweight.device, dtype=scales.dtype)
+    bn = 64
+    _w4a16_dequant_kernel[(triton.cdiv(n, bn), padded_k(k) // BLOCK_K)](
+        qweight, scales, zeros if zeros is not None else scales, w, n, k, qweight.shape[1], GROUP=group_size,
+        ASYM=zeros is not None, BN=bn, num_warps=4)
+    return w
+
+
 def _check(x, qweight, scales, zeros, group_size):
     what = "w4a16_linear"
     check_device(what, x, qweight, scales, zeros)
@@ -237,10 +519,13 @@ def _launch(x, qweight, scales, zeros, group_size: int, config: dict | None = No
     if m == 0:
         return out.reshape(*lead, n)
     cfg = dict(config or _config(m, n))
+    if cfg["kind"] == "dequant":  # large M: one dequantization pass, then cuBLAS
+        w = dequantize_w4a16(qweight, scales.to(x.dtype), zeros, group_size, k)
+        return torch.nn.functional.linear(x2, w).reshape(*lead, n)
     total_blocks = padded_k(k) // BLOCK_K
     n_tiles = triton.cdiv(n, cfg["BN"])
     m_tiles = m if cfg["kind"] == "gemv" else triton.cdiv(m, cfg["BM"])
-    split = cfg.get("split") or plan_split_k(n_tiles * m_tiles, total_blocks, x.device)
+    split = cfg.get("split") or plan_split_k(n_tiles * m_tiles, total_blocks, x.device, cfg.get("waves", 2.0))
     per = triton.cdiv(total_blocks, split)
     split = triton.cdiv(total_blocks, per)
     zeros_arg = zeros if zeros is not None else scales  # never read when ASYM is False
@@ -250,6 +535,25 @@ def _launch(x, qweight, scales, zeros, group_size: int, config: dict | None = No
         _w4a16_gemv_kernel[(n_tiles, split, m)](
             x2, qweight, scales, zeros_arg, out, ws, locks, m, n, k, qweight.shape[1], per, total_blocks, split,
             x2.stride(0), n, EVEN_K=k % BLOCK_K == 0, EVEN_N=n % cfg["BN"] == 0, **common)
+    elif cfg["kind"] == "tc":
+        nb = cfg.get("NB", 1)
+        steps = triton.cdiv(total_blocks, nb)
+        split = cfg.get("split") or plan_split_k(n_tiles * m_tiles, steps, x.device, cfg.get("waves", 2.0))
+        per_steps = triton.cdiv(steps, split)
+        split = triton.cdiv(steps, per_steps)
+        ws, locks = splitk_buffers(x.device, n_tiles * m_tiles, split, cfg["BN"] * cfg["BM"])
+        _w4a16_tc_kernel[(n_tiles, m_tiles, split)](
+            x2, qweight, scales, zeros_arg, out, ws, locks, m, n, k, qweight.shape[1], per_steps, total_blocks, split,
+            x2.stride(0), n, GROUP=group_size, ASYM=zeros is not None, IS_BF16=x.dtype == torch.bfloat16,
+            DOT_F32=interpreter_dot_f32(x.dtype), USE_ASM=not interpreting(), BN=cfg["BN"], BM=cfg["BM"], NB=nb, num_warps=cfg["num_warps"],
+            num_stages=cfg.get("num_stages", 1))
+    elif cfg["kind"] == "tcx":
+        ws, locks = splitk_buffers(x.device, n_tiles * m_tiles, split, cfg["BN"] * cfg["BM"])
+        _w4a16_tcx_kernel[(n_tiles, m_tiles, split)](
+            x2, qweight, scales, zeros_arg, out, ws, locks, m, n, k, qweight.shape[1], per, total_blocks, split,
+            x2.stride(0), n, IS_BF16=x.dtype == torch.bfloat16, DOT_F32=interpreter_dot_f32(x.dtype),
+            USE_ASM=not interpreting(), EVEN=k % BLOCK_K == 0 and n % cfg["BN"] == 0, BM=cfg["BM"],
+            num_stages=cfg.get("num_stages", 1), **common)
     else:
         ws, locks = splitk_buffers(x.device, n_tiles * m_tiles, split, cfg["BN"] * cfg["BM"])
         _w4a16_mma_kernel[(n_tiles, m_tiles, split)](

@@ -134,6 +134,24 @@ def _w8a8_kernel(
                     pid_m * tl.num_programs(0) + pid_n, pid_s, S, BN * BM)
 
 
+@triton.jit
+def _quant_row_kernel(x_ptr, q_ptr, s_ptr, K, stride_xm, stride_qm, BK: tl.constexpr, EPS: tl.constexpr):
+    """One token per program, the whole row in registers: a single read of x (one memory round trip
+    before the GEMM can start, where the blocked loop of `_quant_per_token_kernel` needs two per chunk)."""
+    m = tl.program_id(0)
+    offs_k = tl.arange(0, BK)
+    mask = offs_k < K
+    xt = tl.load(x_ptr + m * stride_xm + offs_k, mask=mask, other=0.0).to(tl.float32)
+    sx = tl.math.div_rn(tl.maximum(tl.max(tl.abs(xt), axis=0), EPS), 127.0)
+    q = tl.minimum(tl.maximum(_round_half_even(tl.math.div_rn(xt, sx)), -127.0), 127.0).to(tl.int8)
+    tl.store(q_ptr + m * stride_qm + offs_k, q, mask=mask)
+    tl.store(s_ptr + m, sx)
+
+
+# Rows up to this length are quantized by `_quant_row_kernel` (the row fits in the registers of a CTA).
+ROW_KERNEL_MAX_K = 32768
+
+
 def quantize_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(M, K) fp16/bf16 -> (int8 (M, K), fp32 scales (M,)) with the module's rounding."""
     check_device("quantize_per_token", x)
@@ -141,6 +159,13 @@ def quantize_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     m, k = x2.shape
     q = torch.empty(m, k, dtype=torch.int8, device=x.device)
     s = torch.empty(m, dtype=torch.float32, device=x.device)
+    if m == 0:
+        return q, s
+    if k <= ROW_KERNEL_MAX_K:
+        bk = triton.next_power_of_2(k)
+        _quant_row_kernel[(m,)](x2, q, s, k, x2.stride(0), q.stride(0), BK=bk, EPS=ACT_EPS,
+                                num_warps=4 if bk <= 4096 else (8 if bk <= 16384 else 16))
+        return q, s
     bm = 4
     _quant_per_token_kernel[(triton.cdiv(m, bm),)](x2, q, s, m, k, x2.stride(0), q.stride(0), BM=bm,
                                                    BK=min(2048, triton.next_power_of_2(k)), EPS=ACT_EPS, num_warps=8)
@@ -196,7 +221,7 @@ def _launch(x, weight, w_scale, config: dict | None = None) -> torch.Tensor:
         xin, sx = quantize_per_token(x2)
     k_steps = triton.cdiv(k, cfg["BK"])
     n_tiles, m_tiles = triton.cdiv(n, cfg["BN"]), triton.cdiv(m, cfg["BM"])
-    split = cfg.get("split") or plan_split_k(n_tiles * m_tiles, k_steps, x.device)
+    split = cfg.get("split") or plan_split_k(n_tiles * m_tiles, k_steps, x.device, cfg.get("waves", 2.0))
     per_steps = triton.cdiv(k_steps, split)
     split = triton.cdiv(k_steps, per_steps)
     ws, locks = splitk_buffers(x.device, n_tiles * m_tiles, split, cfg["BN"] * cfg["BM"])

@@ -16,7 +16,9 @@ from kernels.sparse24 import (
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 TOL = {torch.float16: 3e-3, torch.bfloat16: 1.2e-2}
 CONFIGS = [None, {"kind": "gemv", "BN": 16, "BW": 2, "num_warps": 4, "split": 2},
-           {"kind": "mma", "BM": 16, "BN": 16, "BK": 32, "num_warps": 4, "split": 2}]
+           {"kind": "mma", "BM": 16, "BN": 16, "BK": 32, "num_warps": 4, "split": 2},
+           {"kind": "gemv", "BN": 16, "BW": 2, "num_warps": 4, "split": 2, "XB": True},
+           {"kind": "prmt", "BN": 16, "BW": 1, "num_warps": 4, "split": 2}]
 
 
 def rel_err(a, b):
@@ -24,7 +26,7 @@ def rel_err(a, b):
     return ((a.float() - b.float()).norm() / b.float().norm()).item()
 
 
-@pytest.mark.parametrize("cfg", CONFIGS, ids=["default", "gemv", "mma"])
+@pytest.mark.parametrize("cfg", CONFIGS, ids=["default", "gemv", "mma", "gemv-xb", "prmt"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("shape", TEST_SHAPES_SPARSE)
 def test_sparse24_float_matches_reference(shape, dtype, cfg):
@@ -36,7 +38,7 @@ def test_sparse24_float_matches_reference(shape, dtype, cfg):
     assert rel_err(out, sparse24_linear_ref(x, p["values"], p["meta"])) < TOL[dtype]
 
 
-@pytest.mark.parametrize("cfg", CONFIGS, ids=["default", "gemv", "mma"])
+@pytest.mark.parametrize("cfg", CONFIGS, ids=["default", "gemv", "mma", "gemv-xb", "prmt"])
 @pytest.mark.parametrize("shape", TEST_SHAPES_SPARSE)
 def test_sparse24_int8_matches_reference(shape, cfg):
     m, n, k = shape

@@ -11,7 +11,11 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 TOL = {torch.float16: 3e-3, torch.bfloat16: 1.2e-2}
 # Every path, forced: the decode GEMV (with split-K), the tensor-core kernel, and the M-based default.
 CONFIGS = [None, {"kind": "gemv", "BN": 16, "num_warps": 4, "split": 2},
-           {"kind": "mma", "BM": 16, "BN": 16, "num_warps": 4, "split": 2}]
+           {"kind": "mma", "BM": 16, "BN": 16, "num_warps": 4, "split": 2},
+           {"kind": "tc", "BM": 16, "BN": 16, "num_warps": 1, "split": 2},
+           {"kind": "tc", "BM": 16, "BN": 32, "num_warps": 2, "NB": 2},
+           {"kind": "tcx", "BM": 16, "BN": 32, "num_warps": 2, "split": 2},
+           {"kind": "dequant"}]
 
 
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -19,7 +23,7 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a.float() - b.float()).norm() / b.float().norm()).item()
 
 
-@pytest.mark.parametrize("cfg", CONFIGS, ids=["default", "gemv", "mma"])
+@pytest.mark.parametrize("cfg", CONFIGS, ids=["default", "gemv", "mma", "tc", "tc-nb2", "tcx", "dequant"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("group_size,symmetric", [(128, True), (64, False)])
 @pytest.mark.parametrize("shape", TEST_SHAPES_INT4[:3])

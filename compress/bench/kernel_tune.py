@@ -1,16 +1,16 @@
-"""Tile-config sweep for the kernels (developer tool, run on the GPU): times candidate configs on
-representative Llama shapes and prints the best per (kernel, M). Its output is the evidence for the
-`_config` tables in kernels/*.py (recorded in bench/results/h100/kernels/NOTES.md).
+"""Config sweep for the W4A16 / W8A8 / 2:4 kernels (developer tool, run on the GPU): every candidate is
+checked against its plain-torch reference on one real shape, then timed on representative Llama shapes
+next to torch fp16 F.linear (and the peers that run here). Its output is the evidence for the `_config`
+tables in kernels/*.py (recorded in bench/results/h100/kernels/NOTES.md).
 
-    python -m compress.bench.kernel_tune [w4a16 w8a8 sparse24 vptq] > tune.log
+    python -m compress.bench.kernel_tune [w4a16 w8a8 sparse24 gemlite] > tune.log    (TUNE_JSON=path keeps raw rows)
 """
 
 from __future__ import annotations
 
-import itertools
 import json
-import os
 import math
+import os
 import sys
 import time
 
@@ -18,115 +18,246 @@ import torch
 import torch.nn.functional as F
 
 from compress.bench.kernel_timing import time_ms
-from kernels.cases import make_int4, make_sparse24, make_vptq, make_w8a8
+from kernels.cases import make_int4, make_sparse24, make_w8a8
 
+# (N, K): 8B q/o, 8B gate/up, 8B down, 70B gate/up, 70B k/v.
 SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336), (28672, 8192), (1024, 8192)]
+WARMUP_MS, REP_MS = 5, 20
 
 
-def _sweep(name: str, ms: list[int], configs_for, build, call, log: list) -> None:
-    for m in ms:
-        scores: dict[str, list[float]] = {}
-        for n, k in SHAPES:
-            layer = build(n, k)
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float(((a.float() - b.float()).norm() / b.float().norm().clamp(min=1e-30)).item())
+
+
+def _sweep(name: str, ms: list[int], configs_for, build, call, ref, log: list, tol: float = 3e-3) -> dict:
+    """Time every config of configs_for(m) on SHAPES; returns {m: (best config key, geo speedup)}."""
+    scores: dict[tuple[int, str], list[float]] = {}
+    errors: dict[tuple[int, str], float] = {}
+    times: dict[tuple[int, str], list[float]] = {}
+    base_ms: dict[int, list[float]] = {}
+    for si, (n, k) in enumerate(SHAPES):
+        layer = build(n, k)
+        w = (torch.randn(n, k, device="cuda") / k**0.5).half()
+        for m in ms:
             x = torch.randn(m, k, device="cuda").half()
-            w = (torch.randn(n, k, device="cuda") / k**0.5).half()
-            base = time_ms(lambda: F.linear(x, w), 5, 20)
+            base = time_ms(lambda: F.linear(x, w), WARMUP_MS, REP_MS)
+            base_ms.setdefault(m, []).append(base)
+            want = ref(x, layer) if si == 0 else None
             for cfg in configs_for(m):
                 key = json.dumps(cfg, sort_keys=True)
                 try:
-                    t = time_ms(lambda: call(x, layer, cfg), 5, 20)
+                    if want is not None:
+                        errors[(m, key)] = _rel(call(x, layer, cfg), want)
+                    t = time_ms(lambda: call(x, layer, cfg), WARMUP_MS, REP_MS)
                 except Exception as e:  # a config the compiler rejects (e.g. out of shared memory)
-                    print(f"  {name} M={m} {key}: failed {type(e).__name__}: {str(e)[:80]}", flush=True)
+                    print(f"  {name} M={m} {key}: failed {type(e).__name__}: {str(e)[:160]}", flush=True)
                     t = math.inf
-                scores.setdefault(key, []).append(base / t)
-            del layer, w
-        ranked = sorted(scores.items(), key=lambda kv: -math.prod(kv[1]) ** (1 / len(kv[1])))
-        for key, sp in ranked[:3]:
+                scores.setdefault((m, key), []).append(base / t)
+                times.setdefault((m, key), []).append(t)
+        del layer, w
+        torch.cuda.empty_cache()
+    best = {}
+    for m in ms:
+        ranked = sorted(((key, sp) for (mm, key), sp in scores.items() if mm == m),
+                        key=lambda kv: -math.prod(kv[1]) ** (1 / len(kv[1])))
+        print(f"{name} M={m}: torch fp16 ms per shape {[round(b, 4) for b in base_ms[m]]}", flush=True)
+        for key, sp in ranked:
             geo = math.prod(sp) ** (1 / len(sp))
-            print(f"{name} M={m} geo-speedup {geo:.2f}x {key} per-shape {[round(s, 2) for s in sp]}", flush=True)
-            log.append({"kernel": name, "M": m, "config": json.loads(key), "geo_speedup": geo, "per_shape": sp})
+            med = sorted(sp)[len(sp) // 2]
+            err = errors.get((m, key))
+            flag = "" if err is None or err < tol else f"  ERROR {err:.2e} > {tol}"
+            print(f"{name} M={m} geo {geo:.2f}x med {med:.2f}x {key} per-shape {[round(s, 2) for s in sp]} "
+                  f"ms {[round(t, 4) for t in times[(m, key)]]} err {err if err is None else f'{err:.1e}'}{flag}", flush=True)
+            log.append({"kernel": name, "M": m, "config": json.loads(key), "geo_speedup": geo, "per_shape": sp,
+                        "ms": times[(m, key)], "torch_ms": base_ms[m], "rel_err": err})
+        if ranked:
+            best[m] = ranked[0]
+    return best
+
+
+# ---------------------------------------------------------------------------------------------- W4A16
+def _w4a16_configs(m: int) -> list[dict]:
+    out = []
+    if m <= 16:
+        out.append({"kind": "gemv", "BN": 128, "num_warps": 8} if m == 1 else
+                   {"kind": "mma", "BM": 16, "BN": 128, "num_warps": 4, "num_stages": 2})  # last session's choice
+        for bn, nw, st, waves in [(256, 8, 2, 1), (256, 8, 2, 2), (256, 8, 2, 4), (256, 4, 2, 2), (256, 4, 2, 4),
+                                  (128, 4, 2, 2), (128, 4, 2, 4), (256, 8, 3, 2), (512, 8, 2, 2)]:
+            out.append({"kind": "tcx", "BM": 16, "BN": bn, "num_warps": nw, "num_stages": st, "waves": waves})
+        out += [{"kind": "tc", "BM": 16, "BN": 64, "num_warps": 4, "num_stages": 2, "NB": 1},
+                {"kind": "tc", "BM": 16, "BN": 128, "num_warps": 8, "num_stages": 2, "NB": 2}]
+    elif m <= 64:
+        out += [{"kind": "tcx", "BM": 32, "BN": 256, "num_warps": 8, "num_stages": 2},
+                {"kind": "tcx", "BM": 32, "BN": 128, "num_warps": 4, "num_stages": 2},
+                {"kind": "tcx", "BM": 32, "BN": 256, "num_warps": 8, "num_stages": 2, "waves": 1},
+                {"kind": "tcx", "BM": 64, "BN": 64, "num_warps": 4, "num_stages": 2},
+                {"kind": "tc", "BM": 64, "BN": 128, "num_warps": 8, "num_stages": 2, "NB": 1},
+                {"kind": "tc", "BM": 64, "BN": 64, "num_warps": 4, "num_stages": 2, "NB": 1},
+                {"kind": "mma", "BM": 64, "BN": 64, "num_warps": 4, "num_stages": 2},
+                {"kind": "dequant"}]
+    else:
+        out += [{"kind": "dequant"},
+                {"kind": "mma", "BM": 128, "BN": 64, "num_warps": 4, "num_stages": 2},
+                {"kind": "tc", "BM": 128, "BN": 128, "num_warps": 8, "num_stages": 2, "NB": 1},
+                {"kind": "tcx", "BM": 32, "BN": 256, "num_warps": 8, "num_stages": 2}]
+    return out
 
 
 def tune_w4a16(log):
-    from kernels.w4a16 import _launch
+    from kernels.w4a16 import _launch, w4a16_linear_ref
 
-    def configs(m):
-        out = []
-        if m <= 4:
-            for bn, nw in itertools.product([64, 128, 256], [4, 8]):
-                out.append({"kind": "gemv", "BN": bn, "num_warps": nw})
-        for bn, bm, nw, st in itertools.product([32, 64, 128], [16, 32, 64, 128], [4, 8], [2]):
-            if bm >= min(max(16, m), 128) and bm <= max(16, 2 * m):
-                out.append({"kind": "mma", "BM": bm, "BN": bn, "num_warps": nw, "num_stages": st})
-        return out
-
-    _sweep("w4a16", [1, 2, 16, 64, 256], configs,
+    _sweep("w4a16", [1, 16, 64, 256], _w4a16_configs,
            lambda n, k: make_int4(n, k, 128, True, torch.float16, "cuda"),
-           lambda x, p, cfg: _launch(x, p["qweight"], p["scales"], None, 128, cfg), log)
+           lambda x, p, cfg: _launch(x, p["qweight"], p["scales"], None, 128, cfg),
+           lambda x, p: w4a16_linear_ref(x, p["qweight"], p["scales"], None, 128), log)
+
+
+def check_w4a16_variants() -> None:
+    """The asm dequantization for every (dtype, symmetry, group) on a real shape, both new kernels."""
+    from kernels.w4a16 import _launch, w4a16_linear_ref
+
+    n, k = 4096, 4096
+    for dtype in (torch.float16, torch.bfloat16):
+        for gs, sym in ((128, True), (128, False), (64, True), (64, False)):
+            p = make_int4(n, k, gs, sym, dtype, "cuda", seed=gs + sym)
+            for m in (1, 5, 16):
+                x = torch.randn(m, k, device="cuda").to(dtype)
+                want = w4a16_linear_ref(x, p["qweight"], p["scales"], p["zeros"], gs)
+                for cfg in ({"kind": "tcx", "BM": 16, "BN": 256, "num_warps": 8, "num_stages": 2}, {"kind": "dequant"}):
+                    err = _rel(_launch(x, p["qweight"], p["scales"], p["zeros"], gs, cfg), want)
+                    tol = 3e-3 if dtype == torch.float16 else 1.2e-2
+                    print(f"check w4a16 {dtype} g{gs} {'sym' if sym else 'asym'} M={m} {cfg['kind']}: rel err {err:.2e}"
+                          f"{'' if err < tol else '  FAIL'}", flush=True)
+
+
+# ----------------------------------------------------------------------------------------------- W8A8
+def _w8a8_configs(m: int) -> list[dict]:
+    if m <= 16:
+        out = [{"BM": 16, "BN": 128, "BK": 128, "num_warps": 8, "num_stages": 3} if m <= 8 else
+               {"BM": 16, "BN": 64, "BK": 128, "num_warps": 8, "num_stages": 3}]  # last session (fused quant)
+        for bn, bk, nw, st, waves in [(128, 128, 4, 3, 2), (128, 128, 4, 3, 4), (128, 256, 4, 4, 2), (128, 256, 4, 4, 4),
+                                      (64, 256, 4, 4, 2), (64, 256, 4, 4, 4), (128, 128, 4, 5, 2), (256, 128, 4, 4, 2),
+                                      (64, 128, 4, 4, 4), (128, 256, 8, 4, 2)]:
+            out.append({"BM": 16, "BN": bn, "BK": bk, "num_warps": nw, "num_stages": st, "fused": False, "waves": waves})
+        return out
+    bm = min(128, 1 << (m - 1).bit_length())
+    return [{"BM": bm, "BN": 64, "BK": 128, "num_warps": 4, "num_stages": 3},
+            {"BM": bm, "BN": 128, "BK": 128, "num_warps": 8, "num_stages": 3},
+            {"BM": bm, "BN": 128, "BK": 128, "num_warps": 8, "num_stages": 4},
+            {"BM": bm, "BN": 256, "BK": 128, "num_warps": 8, "num_stages": 3},
+            {"BM": min(256, max(bm, m)), "BN": 128, "BK": 128, "num_warps": 8, "num_stages": 3},
+            {"BM": bm, "BN": 128, "BK": 64, "num_warps": 4, "num_stages": 4},
+            {"BM": bm, "BN": 128, "BK": 128, "num_warps": 4, "num_stages": 4}]
 
 
 def tune_w8a8(log):
-    from kernels.w8a8 import _launch
+    from kernels.w8a8 import _launch, quantize_per_token, w8a8_linear_ref
 
-    def configs(m):
-        out = []
-        for bn, bk, nw, st in itertools.product([64, 128], [128, 256], [4, 8], [3]):
-            bm = 16 if m <= 16 else min(128, 1 << (m - 1).bit_length())
-            out.append({"BM": bm, "BN": bn, "BK": bk, "num_warps": nw, "num_stages": st})
-        if m >= 256:
-            out += [{"BM": 128, "BN": 256, "BK": 128, "num_warps": 8, "num_stages": 3},
-                    {"BM": 64, "BN": 128, "BK": 128, "num_warps": 4, "num_stages": 4}]
+    _sweep("w8a8", [1, 16, 64, 256], _w8a8_configs, lambda n, k: make_w8a8(n, k, "cuda"),
+           lambda x, p, cfg: _launch(x, p[0], p[1], cfg), lambda x, p: w8a8_linear_ref(x, p[0], p[1]), log)
+    for m in (1, 16, 256):  # the activation quantization pass alone, and torch._int_mm alone
+        for n, k in SHAPES[:4]:
+            x = torch.randn(m, k, device="cuda").half()
+            tq = time_ms(lambda: quantize_per_token(x), WARMUP_MS, REP_MS)
+            line = f"w8a8 quantize_per_token M={m} K={k}: {tq:.4f} ms"
+            if m > 16:
+                xq = torch.randint(-127, 128, (m, k), device="cuda", dtype=torch.int8)
+                wt = torch.randint(-127, 128, (n, k), device="cuda", dtype=torch.int8).t()
+                line += f"; torch._int_mm N={n}: {time_ms(lambda: torch._int_mm(xq, wt), WARMUP_MS, REP_MS):.4f} ms"
+            print(line, flush=True)
+
+
+# ----------------------------------------------------------------------------------------------- 2:4
+def _sp_configs(kind: str):
+    def configs(m: int) -> list[dict]:
+        out = [{"kind": "gemv", "BN": 32, "BW": 8, "num_warps": 4}]  # last session
+        for bn, bw, nw in [(32, 4, 4), (64, 4, 4), (32, 8, 4), (16, 8, 4), (64, 8, 8), (128, 4, 8)]:
+            for waves in (2, 4):
+                out.append({"kind": "prmt", "BN": bn, "BW": bw, "num_warps": nw, "waves": waves})
         return out
 
-    _sweep("w8a8", [1, 16, 64, 256], configs, lambda n, k: make_w8a8(n, k, "cuda"),
-           lambda x, p, cfg: _launch(x, p[0], p[1], cfg), log)
+    return configs
 
 
 def tune_sparse24(log):
-    from kernels.sparse24 import _launch
+    from kernels.sparse24 import _launch, sparse24_linear_ref, sparse24_w8a8_linear_ref
+    from kernels.w8a8 import w8a8_linear
 
-    def configs(m):
-        out = []
-        if m <= 4:
-            for bn, bw, nw in itertools.product([32, 64], [2, 4, 8], [4]):
-                out.append({"kind": "gemv", "BN": bn, "BW": bw, "num_warps": nw})
-        for bn, bk, nw in itertools.product([64, 128], [64, 128], [4, 8]):
-            bm = 16 if m <= 16 else min(128, 1 << (m - 1).bit_length())
-            out.append({"kind": "mma", "BM": bm, "BN": bn, "BK": bk, "num_warps": nw, "num_stages": 3})
-        return out
+    _sweep("sparse24-fp16", [1], _sp_configs("f"), lambda n, k: make_sparse24(n, k, torch.float16, "cuda"),
+           lambda x, p, cfg: _launch(x, p["values"], p["meta"], None, cfg),
+           lambda x, p: sparse24_linear_ref(x, p["values"], p["meta"]), log)
+    _sweep("sparse24-int8", [1], _sp_configs("i"), lambda n, k: make_sparse24(n, k, torch.int8, "cuda"),
+           lambda x, p, cfg: _launch(x, p["values"], p["meta"], p["w_scale"], cfg),
+           lambda x, p: sparse24_w8a8_linear_ref(x, p["values"], p["meta"], p["w_scale"]), log)
+    # The dense int8 reference of the 2:4 target, with its default config, on the same shapes.
+    for n, k in SHAPES:
+        wq, ws = make_w8a8(n, k, "cuda")
+        x = torch.randn(1, k, device="cuda").half()
+        print(f"sparse24 dense-int8 (w8a8_linear default) M=1 N={n} K={k}: "
+              f"{time_ms(lambda: w8a8_linear(x, wq, ws), WARMUP_MS, REP_MS):.4f} ms", flush=True)
+    for dtype in (torch.float16, torch.bfloat16, torch.int8):  # odd shapes and bf16 on the GPU
+        for m, n, k in ((1, 4096, 4096), (3, 1000, 4104), (2, 777, 1028)):
+            p = make_sparse24(n, k, dtype, "cuda", seed=n)
+            x = torch.randn(m, k, device="cuda").to(torch.bfloat16 if dtype == torch.bfloat16 else torch.float16)
+            cfg = {"kind": "prmt", "BN": 32, "BW": 4, "num_warps": 4}
+            if dtype == torch.int8:
+                err = _rel(_launch(x, p["values"], p["meta"], p["w_scale"], cfg),
+                           sparse24_w8a8_linear_ref(x, p["values"], p["meta"], p["w_scale"]))
+            else:
+                err = _rel(_launch(x, p["values"], p["meta"], None, cfg), sparse24_linear_ref(x, p["values"], p["meta"]))
+            tol = 1.2e-2 if dtype == torch.bfloat16 else 3e-3
+            print(f"check sparse24 prmt {dtype} M={m} N={n} K={k}: rel err {err:.2e}{'' if err < tol else '  FAIL'}", flush=True)
 
-    _sweep("sparse24", [1, 16, 256], configs, lambda n, k: make_sparse24(n, k, torch.float16, "cuda"),
-           lambda x, p, cfg: _launch(x, p["values"], p["meta"], None, cfg), log)
 
+# -------------------------------------------------------------------------------------------- gemlite
+def tune_gemlite(log, budget_s: float = 60.0):
+    """gemlite (PyPI, Triton) A16W4 g128 as a peer, timed under CUDA graphs like ours."""
+    t0 = time.time()
+    try:
+        from gemlite.core import DType, GemLiteLinearTriton
+    except Exception as e:
+        print(f"gemlite: not importable ({type(e).__name__}: {e})", flush=True)
+        return
+    from compress.packing.int4 import unpack_int4
 
-def tune_vptq(log):
-    from kernels import vptq as V
-
-    def configs(m):
-        return [{"BG": bg, "BJ": bj, "num_warps": nw} for bg, bj, nw in itertools.product([32, 64, 128], [4, 8, 16], [4, 8])]
-
-    def call(x, d, cfg):
-        n = d["_n"]
-        out = torch.empty(x.shape[0], n, device="cuda", dtype=x.dtype)
-        return V._gemv(x, n, d["indices"], d["codebook"], d["index_bits"], d["res_indices"], d["res_codebook"],
-                       d["res_index_bits"], d["scale"], d["bias"], out, cfg)
-
-    def build(n, k):
-        return {**make_vptq(n, k, 8192, 512, "cuda"), "_n": n}
-
-    _sweep("vptq", [1], configs, build, call, log)
+    for n, k in SHAPES:
+        p = make_int4(n, k, 128, True, torch.float16, "cuda")
+        u = unpack_int4(p["qweight"], k)
+        lin = GemLiteLinearTriton(W_nbits=4, group_size=128, in_features=k, out_features=n, input_dtype=DType.FP16,
+                                  output_dtype=DType.FP16)
+        s = p["scales"].t().contiguous()  # (N, G)
+        lin.pack(u, s, torch.full_like(s, 8.0), bias=None)
+        w = (torch.randn(n, k, device="cuda") / k**0.5).half()
+        for m in (1, 16, 64, 256):
+            if time.time() - t0 > budget_s:
+                print("gemlite: time budget spent, stopping", flush=True)
+                return
+            x = torch.randn(m, k, device="cuda").half()
+            try:
+                from kernels.w4a16 import w4a16_linear_ref
+                err = _rel(lin(x), w4a16_linear_ref(x, p["qweight"], p["scales"], None, 128))
+                t = time_ms(lambda: lin(x), WARMUP_MS, REP_MS)
+            except Exception as e:
+                print(f"gemlite N={n} K={k} M={m}: failed {type(e).__name__}: {str(e)[:160]}", flush=True)
+                continue
+            base = time_ms(lambda: F.linear(x, w), WARMUP_MS, REP_MS)
+            print(f"gemlite N={n} K={k} M={m}: {t:.4f} ms, torch {base:.4f} ms, speedup {base / t:.2f}x, rel err {err:.1e}",
+                  flush=True)
+            log.append({"kernel": "gemlite", "N": n, "K": k, "M": m, "ms": t, "torch_ms": base, "rel_err": err})
 
 
 def main(which: list[str]) -> None:
     log: list = []
-    for name in which or ["vptq", "w4a16", "w8a8", "sparse24"]:
+    jobs = {"w4a16": tune_w4a16, "w4a16-check": lambda _log: check_w4a16_variants(), "w8a8": tune_w8a8,
+            "sparse24": tune_sparse24, "gemlite": tune_gemlite}
+    for name in which or ["w4a16-check", "w4a16", "w8a8", "sparse24", "gemlite"]:
         t0 = time.time()
-        {"w4a16": tune_w4a16, "w8a8": tune_w8a8, "sparse24": tune_sparse24, "vptq": tune_vptq}[name](log)
+        jobs[name](log)
         print(f"[tune] {name} done in {time.time() - t0:.0f} s", flush=True)
-    out = os.environ.get("TUNE_JSON")  # where to keep the raw sweep
-    if out:
-        with open(out, "w") as f:
-            json.dump(log, f, indent=1)
+        out = os.environ.get("TUNE_JSON")  # where to keep the raw sweep (rewritten after each job)
+        if out:
+            with open(out, "w") as f:
+                json.dump(log, f, indent=1)
 
 
 if __name__ == "__main__":
