@@ -29,7 +29,7 @@ import triton
 import triton.language as tl
 
 LOG2E = 1.4426950408889634
-NEG = -1.0e30  # "minus infinity" that stays finite (empty chunks must not make NaN in the merge)
+NEG = tl.constexpr(-1.0e30)  # "minus infinity" that stays finite (empty chunks must not make NaN in the merge)
 
 
 # ---- RoPE on one head, in registers ----------------------------------------------------------------
@@ -43,19 +43,21 @@ def _rope_heads(ptr, row_off, offs_d, mask2d, cos_ptr, sin_ptr, nw_ptr, eps,
     out[d] = x[d] * cos[d] + sign(d) * x[(d + D/2) % D] * sin[d]. Returns fp32 values rounded to
     the input dtype (the reference's rounding points)."""
     half: tl.constexpr = D // 2
+    d_mask = offs_d < D  # offs_d may be padded up to 16 lanes (tl.dot's minimum)
     partner = (offs_d + half) % D
+    mask2d = mask2d & d_mask[None, :]
     x = tl.load(ptr + row_off[:, None] + offs_d[None, :], mask=mask2d, other=0.0)
     xp = tl.load(ptr + row_off[:, None] + partner[None, :], mask=mask2d, other=0.0)
     dt = x.dtype
     if HAS_NORM:
         xf = x.to(tl.float32)
         r = 1.0 / tl.sqrt(tl.sum(xf * xf, axis=1) / D + eps)
-        w = tl.load(nw_ptr + offs_d).to(tl.float32)
-        wp = tl.load(nw_ptr + partner).to(tl.float32)
+        w = tl.load(nw_ptr + offs_d, mask=d_mask, other=0.0).to(tl.float32)
+        wp = tl.load(nw_ptr + partner, mask=d_mask, other=0.0).to(tl.float32)
         x = ((xf * r[:, None]).to(dt).to(tl.float32) * w[None, :]).to(dt)
         xp = ((xp.to(tl.float32) * r[:, None]).to(dt).to(tl.float32) * wp[None, :]).to(dt)
-    c = tl.load(cos_ptr + offs_d).to(tl.float32)
-    s = tl.load(sin_ptr + offs_d).to(tl.float32)
+    c = tl.load(cos_ptr + offs_d, mask=d_mask, other=0.0).to(tl.float32)
+    s = tl.load(sin_ptr + offs_d, mask=d_mask, other=0.0).to(tl.float32)
     sign = tl.where(offs_d < half, -1.0, 1.0)
     out = x.to(tl.float32) * c[None, :] + sign[None, :] * xp.to(tl.float32) * s[None, :]
     return out.to(dt)
@@ -65,28 +67,30 @@ def _rope_heads(ptr, row_off, offs_d, mask2d, cos_ptr, sin_ptr, nw_ptr, eps,
 def _attn_split(q_ptr, stride_qb, cos_ptr, sin_ptr, qn_ptr, eps, kc_ptr, vc_ptr, pos_ptr,
                 pm_ptr, pl_ptr, pacc_ptr, scale_log2,
                 HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, L: tl.constexpr, S: tl.constexpr,
-                CHUNK: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_L: tl.constexpr, HAS_NORM: tl.constexpr):
+                CHUNK: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_L: tl.constexpr, HAS_NORM: tl.constexpr,
+                BLOCK_D: tl.constexpr):
     pid_bh = tl.program_id(0)
     pid_s = tl.program_id(1)
     b = pid_bh // HKV
     h = pid_bh % HKV
     pos = tl.load(pos_ptr).to(tl.int32)
     offs_g = tl.arange(0, BLOCK_G)
-    offs_d = tl.arange(0, D)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < D
     g_mask = offs_g < G
     qrow = b * stride_qb + (h * G + offs_g) * D
     q = _rope_heads(q_ptr, qrow, offs_d, g_mask[:, None], cos_ptr, sin_ptr, qn_ptr, eps, D, HAS_NORM)
     m = tl.full([BLOCK_G], NEG, tl.float32)
     l = tl.zeros([BLOCK_G], tl.float32)
-    acc = tl.zeros([BLOCK_G, D], tl.float32)
+    acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
     cache = (b * HKV + h).to(tl.int64) * L * D
     start = pid_s * CHUNK
     for l0 in range(0, CHUNK, BLOCK_L):
         offs_l = start + l0 + tl.arange(0, BLOCK_L)
         l_mask = offs_l < pos  # cached tokens only; the new one is scored in _attn_combine
         kv_off = cache + offs_l[:, None] * D + offs_d[None, :]
-        k = tl.load(kc_ptr + kv_off, mask=l_mask[:, None], other=0.0)
-        v = tl.load(vc_ptr + kv_off, mask=l_mask[:, None], other=0.0)
+        k = tl.load(kc_ptr + kv_off, mask=l_mask[:, None] & d_ok[None, :], other=0.0)
+        v = tl.load(vc_ptr + kv_off, mask=l_mask[:, None] & d_ok[None, :], other=0.0)
         sc = tl.dot(q, tl.trans(k)) * scale_log2  # (BLOCK_G, BLOCK_L), log2 units
         sc = tl.where(l_mask[None, :], sc, float("-inf"))
         m_new = tl.maximum(m, tl.max(sc, axis=1))
@@ -98,20 +102,21 @@ def _attn_split(q_ptr, stride_qb, cos_ptr, sin_ptr, qn_ptr, eps, kc_ptr, vc_ptr,
     part = (pid_bh * S + pid_s) * G + offs_g
     tl.store(pm_ptr + part, m, mask=g_mask)
     tl.store(pl_ptr + part, l, mask=g_mask)
-    tl.store(pacc_ptr + part[:, None] * D + offs_d[None, :], acc, mask=g_mask[:, None])
+    tl.store(pacc_ptr + part[:, None] * D + offs_d[None, :], acc, mask=g_mask[:, None] & d_ok[None, :])
 
 
 @triton.jit
 def _attn_combine(q_ptr, k_ptr, v_ptr, stride_qb, stride_kb, stride_vb, cos_ptr, sin_ptr, qn_ptr, kn_ptr, eps,
                   kc_ptr, vc_ptr, pos_ptr, pm_ptr, pl_ptr, pacc_ptr, out_ptr, scale_log2,
                   HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, L: tl.constexpr, S: tl.constexpr,
-                  CHUNK: tl.constexpr, BLOCK_G: tl.constexpr, HAS_NORM: tl.constexpr):
+                  CHUNK: tl.constexpr, BLOCK_G: tl.constexpr, HAS_NORM: tl.constexpr, BLOCK_D: tl.constexpr):
     pid_bh = tl.program_id(0)
     b = pid_bh // HKV
     h = pid_bh % HKV
     pos = tl.load(pos_ptr).to(tl.int32)
     offs_g = tl.arange(0, BLOCK_G)
-    offs_d = tl.arange(0, D)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < D
     g_mask = offs_g < G
     # The new token's k (RoPE, + RMSNorm) and v, into the cache at `pos`. k goes through the same
     # 2-D helper as q, as row 0 of a block whose other rows are masked to zero (summing the block's rows
@@ -119,10 +124,10 @@ def _attn_combine(q_ptr, k_ptr, v_ptr, stride_qb, stride_kb, stride_vb, cos_ptr,
     first = offs_g < 1
     k = tl.sum(_rope_heads(k_ptr, b * stride_kb + h * D + offs_g * 0, offs_d, first[:, None], cos_ptr, sin_ptr,
                            kn_ptr, eps, D, HAS_NORM).to(tl.float32), axis=0)  # (D,)
-    v = tl.load(v_ptr + b * stride_vb + h * D + offs_d)  # (D,)
+    v = tl.load(v_ptr + b * stride_vb + h * D + offs_d, mask=d_ok, other=0.0)  # (BLOCK_D,)
     slot = (b * HKV + h).to(tl.int64) * L * D + pos * D
-    tl.store(kc_ptr + slot + offs_d, k.to(kc_ptr.dtype.element_ty))
-    tl.store(vc_ptr + slot + offs_d, v)
+    tl.store(kc_ptr + slot + offs_d, k.to(kc_ptr.dtype.element_ty), mask=d_ok)
+    tl.store(vc_ptr + slot + offs_d, v, mask=d_ok)
     q = _rope_heads(q_ptr, b * stride_qb + (h * G + offs_g) * D, offs_d, g_mask[:, None], cos_ptr, sin_ptr, qn_ptr,
                     eps, D, HAS_NORM)  # (BLOCK_G, D), the same values _attn_split used
     s_new = tl.sum(q.to(tl.float32) * k[None, :], axis=1) * scale_log2  # (BLOCK_G,)
@@ -138,10 +143,11 @@ def _attn_combine(q_ptr, k_ptr, v_ptr, stride_qb, stride_kb, stride_vb, cos_ptr,
         part = (pid_bh * S + s) * G + offs_g
         w = tl.exp2(tl.load(pm_ptr + part, mask=g_mask, other=NEG) - mx)
         total += w * tl.load(pl_ptr + part, mask=g_mask, other=0.0)
-        acc += w[:, None] * tl.load(pacc_ptr + part[:, None] * D + offs_d[None, :], mask=g_mask[:, None], other=0.0)
+        acc += w[:, None] * tl.load(pacc_ptr + part[:, None] * D + offs_d[None, :], mask=g_mask[:, None] & d_ok[None, :],
+                                    other=0.0)
     out = acc / total[:, None]
     optr = out_ptr + b * (HKV * G * D) + (h * G + offs_g)[:, None] * D + offs_d[None, :]
-    tl.store(optr, out.to(out_ptr.dtype.element_ty), mask=g_mask[:, None])
+    tl.store(optr, out.to(out_ptr.dtype.element_ty), mask=g_mask[:, None] & d_ok[None, :])
 
 
 class DecodeAttention:
@@ -154,8 +160,8 @@ class DecodeAttention:
     def __init__(self, batch: int, n_heads: int, n_kv: int, head_dim: int, max_len: int, device: torch.device,
                  target_programs: int | None = None, block_l: int = 64):
         self.BLOCK_L = block_l
-        if n_heads % n_kv or head_dim & (head_dim - 1) or head_dim < 16:
-            raise ValueError(f"decode attention needs H % Hkv == 0 and a power-of-two head_dim >= 16, got "
+        if n_heads % n_kv or head_dim % 2 or head_dim > 256:
+            raise ValueError(f"decode attention needs H % Hkv == 0 and an even head_dim <= 256, got "
                              f"H={n_heads}, Hkv={n_kv}, D={head_dim}")
         self.b, self.h, self.hkv, self.d, self.len = batch, n_heads, n_kv, head_dim, max_len
         self.g = n_heads // n_kv
@@ -192,7 +198,7 @@ class DecodeAttention:
         kn = k_norm if has_norm else cos
         s_log2 = float(scale) * LOG2E
         common = dict(HKV=self.hkv, G=self.g, D=d, L=self.len, S=self.splits, CHUNK=self.chunk, BLOCK_G=self.block_g,
-                      HAS_NORM=has_norm)
+                      HAS_NORM=has_norm, BLOCK_D=max(16, triton.next_power_of_2(d)))
         _attn_split[(b * self.hkv, self.splits)](
             q, q.stride(0), cos, sin, qn, eps, k_cache, v_cache, pos, self.pm, self.pl, self.pacc, s_log2,
             BLOCK_L=self.BLOCK_L, num_warps=4, num_stages=2, **common)
@@ -206,7 +212,11 @@ class DecodeAttention:
 
 
 @triton.jit
-def _gemv(x_ptr, w_ptr, y_ptr, N, K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+def _gemv(x_ptr, w_ptr, y_ptr, N, K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+          SILU_MUL: tl.constexpr):
+    """y = x @ W^T for one row x. SILU_MUL: x_ptr holds [gate | up] (2K values) and x = silu(gate) * up,
+    computed in fp32 and rounded to the activation dtype (the rounding of the separate glue kernel),
+    so the MLP's elementwise step needs no launch of its own."""
     pid = tl.program_id(0)
     offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
@@ -219,24 +229,34 @@ def _gemv(x_ptr, w_ptr, y_ptr, N, K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_
         # Weights stream through once: evict them first, so x stays cached for the other programs.
         w = tl.load(rows + kk[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0, eviction_policy="evict_first")
         xk = tl.load(x_ptr + kk, mask=k_mask, other=0.0)
+        if SILU_MUL:
+            g = xk.to(tl.float32)
+            u = tl.load(x_ptr + K + kk, mask=k_mask, other=0.0).to(tl.float32)
+            xk = (g / (1.0 + tl.exp(-g)) * u).to(w.dtype)
         acc += w.to(tl.float32) * xk.to(tl.float32)[None, :]
     y = tl.sum(acc, axis=1)
     tl.store(y_ptr + offs_n, y.to(y_ptr.dtype.element_ty), mask=n_mask)
 
 
-# Configs tried per shape by the path table (compress.runtime.paths); (BLOCK_N, BLOCK_K, num_warps).
-GEMV_CONFIGS = ((16, 512, 4), (32, 256, 4), (8, 1024, 4), (32, 512, 8))
+# Configs the path table (compress.runtime.paths) tries per shape: (BLOCK_N, BLOCK_K, num_warps).
+# Measured on the H100 (graph of 32 calls over distinct weights, GB/s; cuBLAS in brackets): 16x512/4
+# warps was the best of the first four everywhere: qkv 6144x4096 2615 [2365], o 4096x4096 2417 [2032],
+# gate_up 28672x4096 2996 [2866], down 4096x14336 2738 [2620], lm_head 128256x4096 3108 [2824]
+# (bench/results/h100/e2e/diag/); its neighbours are tried too.
+GEMV_CONFIGS = ((16, 512, 4), (16, 1024, 8), (16, 256, 4), (8, 512, 4), (32, 512, 8))
 
 
-def gemv(x: torch.Tensor, w: torch.Tensor, config: tuple[int, int, int] = GEMV_CONFIGS[0]) -> torch.Tensor:
-    """x (1, K) @ w (N, K)^T -> (1, N), fp32 accumulation, in x's dtype (w contiguous, same dtype)."""
+def gemv(x: torch.Tensor, w: torch.Tensor, config: tuple[int, int, int] = GEMV_CONFIGS[0],
+         silu_mul: bool = False) -> torch.Tensor:
+    """x (1, K) @ w (N, K)^T -> (1, N), fp32 accumulation, in x's dtype (w contiguous, same dtype).
+    silu_mul: x is (1, 2K) = [gate | up] and the product uses silu(gate) * up."""
     n, k = w.shape
-    assert x.shape == (1, k) and w.stride(1) == 1 and w.stride(0) == k, (x.shape, w.shape, w.stride())
+    assert x.shape == (1, 2 * k if silu_mul else k) and w.stride(1) == 1 and w.stride(0) == k, (x.shape, w.shape)
     x = x.contiguous()
     y = torch.empty(1, n, dtype=x.dtype, device=x.device)
     bn, bk, warps = config
     bk = min(bk, triton.next_power_of_2(k))
-    _gemv[(triton.cdiv(n, bn),)](x, w, y, n, K=k, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps)
+    _gemv[(triton.cdiv(n, bn),)](x, w, y, n, K=k, BLOCK_N=bn, BLOCK_K=bk, SILU_MUL=silu_mul, num_warps=warps)
     return y
 
 

@@ -28,7 +28,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from compress.errors import CompressError
-from compress.runtime.dense import linear
+from compress.runtime.dense import linear, silu_mul_linear
 from compress.runtime.fuse import fuse_outputs
 
 SUPPORTED = ("llama", "mistral", "qwen2", "qwen3")
@@ -228,7 +228,7 @@ class FastLM:
             gu = linear(blk.gate_up, h)
         else:
             gu = torch.cat([linear(blk.gate, h), linear(blk.up, h)], dim=-1)
-        return linear(blk.down, self.fn["silu_mul"](gu))
+        return silu_mul_linear(blk.down, gu, self.fn["silu_mul"])
 
     def _rope(self, blk, q, k, cos, sin):
         if blk.q_norm is not None:
