@@ -130,10 +130,11 @@ class Bench:
             "fit_seconds": fit_s, "eval": self.ppl(model),
         }
 
-    def vptq(self, preset: str, seed: int = 0) -> dict:
+    def vptq(self, preset: str, seed: int = 0, overrides: dict | None = None) -> dict:
         from compress.vptq import VPTQModifierConfig, apply_vptq
 
-        cfg = VPTQModifierConfig(preset=preset, seed=seed, **self.args.overrides)
+        extra = {**self.args.overrides, **(overrides or {})}
+        cfg = VPTQModifierConfig(preset=preset, seed=seed, **extra)
         model = self.model()
         _sync(self.device)
         t = time.perf_counter()
@@ -142,8 +143,10 @@ class Bench:
         fit_s = time.perf_counter() - t
         size = result.size_report()
         losses = [s["proxy_loss"] for s in result.stats.values()]
+        label = f"VPTQ {preset}" + (" (" + ", ".join(f"{k}={v}" for k, v in sorted((overrides or {}).items())) + ")" if overrides else "")
         return {
-            "method": f"VPTQ {preset}", "preset": preset, "seed": seed, "config": result.config.model_dump(),
+            "method": label, "preset": preset, "seed": seed, "overrides": overrides or {}, "config": result.config.model_dump(),
+            "folds": sum(len(f) for f in result.folds.values()),
             "bits_per_weight": size["bits_per_weight"], "size": size, "fit_seconds": fit_s,
             "mean_proxy_loss": sum(losses) / len(losses), "eval": self.ppl(model),
         }
@@ -181,14 +184,21 @@ class Bench:
         if kind == "gptq":
             return self.gptq(int(rest))
         if kind == "vptq":
-            return self.vptq(rest)
+            preset, _, sets = rest.partition(":")
+            # vptq:<preset>:field=value,field=value (ablations, e.g. equalize=0)
+            overrides = {a: json.loads(b) for a, b in (item.split("=", 1) for item in sets.split(",") if item)}
+            return self.vptq(preset, overrides=overrides or None)
         if kind == "seed":
             preset, _, seed = rest.partition(":")
             return self.vptq(preset, int(seed))
         if kind == "layer":
-            n, k = (int(d) for d in self.args.layer_shape.split("x"))
-            return self.layer(rest, n, k)
-        raise CompressError(f"unknown row {row!r}; rows look like base, gptq:3, vptq:<preset>, seed:<preset>:<seed>, layer:<preset>")
+            preset, _, shape = rest.partition(":")
+            n, k = (int(d) for d in (shape or self.args.layer_shape).split("x"))
+            return self.layer(preset, n, k)
+        raise CompressError(
+            f"unknown row {row!r}; rows look like base, gptq:3, vptq:<preset>[:field=value,...], seed:<preset>:<seed>, "
+            "layer:<preset>[:<out>x<in>]"
+        )
 
 
 def _fmt(x, spec=".2f"):
@@ -219,7 +229,10 @@ def render_markdown(doc: dict) -> str:
                 f"| {r['method']} | {_fmt(r['bits_per_weight'], '.3f')} | {_fmt(ev.get('ppl'))} | {ev.get('windows', '-')} "
                 f"| {_fmt(r.get('fit_seconds'), '.1f')} | {r.get('device', env['device_name'])} |"
             )
-    seeds = {k: r for k, r in rows.items() if k.startswith("seed:") or (k.startswith("vptq:") and r.get("seed") == 0)}
+    seeds = {
+        k: r for k, r in rows.items()
+        if k.startswith("seed:") or (k.startswith("vptq:") and r.get("seed") == 0 and not r.get("overrides"))
+    }
     by_preset: dict[str, list] = {}
     for r in seeds.values():
         if (r.get("eval") or {}).get("ppl") is not None:

@@ -47,6 +47,16 @@ class VPTQConfig(BaseModel):
             "obs" 1 / (H^-1)_jj, the cost GPTQ's error feedback cannot remove (Optimal Brain Surgeon).
         indivisible: layers with N % v != 0: "error" (stop, naming the layer) or "shrink" (use the largest
             divisor of N not above v for that layer, with its own codebooks).
+        rescale_rows: after assignment, replace each row scale by its least-squares value for the chosen
+            indices under H (norm != "none"; only where it lowers that row's loss).
+        equalize: p of the input-column equalisation folded into the model before fitting (equalize.py);
+            0 disables, 1 divides each input column's RMS out (to the nearest power of two).
+        finetune_steps: Adam steps of end-to-end codebook/row-scale refinement by distillation from the
+            float model on the calibration windows after the layer-wise fit (finetune.py); 0 disables.
+        finetune_lr: its learning rate (codebook entries are O(1): rows are normalised; scales in log space).
+        finetune_batch: calibration windows per step.
+        finetune_holdout: share of the calibration windows held out to pick the best pass (never worse
+            than the layer-wise fit on them).
         seed: seeds every random choice; same seed, inputs and device -> same bytes.
     """
 
@@ -68,6 +78,12 @@ class VPTQConfig(BaseModel):
     res_beam: int = Field(1, ge=1, le=64)
     kmeans_weight: Literal["hessian_diag", "obs"] = "hessian_diag"
     indivisible: Literal["error", "shrink"] = "error"
+    rescale_rows: bool = True
+    equalize: float = Field(0.0, ge=0.0, le=2.0)
+    finetune_steps: int = Field(0, ge=0)
+    finetune_lr: float = Field(1e-3, gt=0.0)
+    finetune_batch: int = Field(8, ge=1)
+    finetune_holdout: float = Field(0.125, ge=0.0, lt=1.0)
     seed: int = 0
 
     @model_validator(mode="after")
@@ -162,6 +178,12 @@ class VPTQModifierConfig(BaseModel):
     res_beam: int | None = None
     kmeans_weight: Literal["hessian_diag", "obs"] | None = None
     indivisible: Literal["error", "shrink"] | None = None
+    rescale_rows: bool | None = None
+    equalize: float | None = None
+    finetune_steps: int | None = None
+    finetune_lr: float | None = None
+    finetune_batch: int | None = None
+    finetune_holdout: float | None = None
     seed: int | None = None
 
     @model_validator(mode="after")

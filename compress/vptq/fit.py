@@ -318,6 +318,8 @@ def fit_vptq_joint(
         w_f, u, norm, books, outlier_mask, use_res=use_res, order=order, block_size=cfg.block_size, beam=cfg.res_beam
     )
 
+    if cfg.rescale_rows and norm.scale is not None:
+        norm = rescale_rows(w_f, h, norm, books, idx, ridx, outlier_mask)
     out = []
     row = 0
     for w in weights:
@@ -333,6 +335,35 @@ def fit_vptq_joint(
         out.append(with_stats(vq, proxy_loss=proxy_loss(w_f[rows], vq.dequantize(torch.float32), h)))
         row += w.shape[0]
     return out
+
+
+def rescale_rows(w_f, h, norm: RowNorm, books: Codebooks, idx, ridx, outlier_mask) -> RowNorm:
+    """Least-squares row scales for the chosen indices: with Q the decoded normalised weight (centroid
+    sums), row r's loss (w_r - t_r - s_r q_r) H (...)^T is a parabola in s_r, minimal at
+    s_r = (w_r - t_r) H q_r^T / q_r H q_r^T. The indices were chosen under the RMS scale; refitting s_r
+    afterwards only lowers each row's loss (kept per row only where it does, after fp16 rounding)."""
+    n, k = w_f.shape
+    v = books.main.shape[1]
+    vec = books.main[idx]  # (K, G, v)
+    if ridx is not None:
+        vec = vec + books.res[ridx]
+    if outlier_mask.any():
+        vec[outlier_mask] = books.outlier[idx[outlier_mask]]
+    q = vec.reshape(k, n).t()  # (N, K) normalised reconstruction
+    s, t = norm.factors(n, w_f.device)
+    target = w_f - t[:, None]
+    qh = q @ h
+    num = (target * qh).sum(1)
+    den = (q * qh).sum(1)
+    fresh = torch.where(den > 0, num / den.clamp_min(1e-30), s).half()
+    fresh = torch.where(fresh.float() > 0, fresh, norm.scale)  # a sign flip or underflow: keep the RMS scale
+
+    def row_loss(scale: torch.Tensor) -> torch.Tensor:
+        e = target - scale.float()[:, None] * q
+        return ((e @ h) * e).sum(1)
+
+    better = row_loss(fresh) < row_loss(norm.scale)
+    return RowNorm(torch.where(better, fresh, norm.scale), norm.bias)
 
 
 def with_stats(vq: VQWeight, **stats) -> VQWeight:

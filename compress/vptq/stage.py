@@ -1,13 +1,15 @@
 """The VPTQ pipeline stage: `apply_vptq(model, calibration_batches, config) -> VPTQResult`.
 
-Orchestration only (the math is in fit.py / kmeans.py):
+Orchestration only (the math is in fit.py / kmeans.py / equalize.py):
+0. Optional input-column equalisation folded into the model (`equalize` > 0; function unchanged).
 1. Shared codebooks (scope "model" / "layer_type"): one calibration pass through the float model collects
    diag(H) of every targeted Linear; the codebooks of each scope are fitted on all member layers' vectors.
 2. Sequential pass, decoder block by decoder block (GPTQ's pipeline): the block's inputs come from the
    already-quantized blocks before it; hooks accumulate each targeted Linear's input Hessian
    H = X^T X / tokens (padding excluded); every Linear is fitted (`fit_vptq`) and its weight replaced by
    the reconstruction, then the block is re-run to give the next block its inputs.
-3. Optional centroid refinement of shared codebooks over all their layers at the end.
+3. Optional centroid refinement of shared codebooks over all their layers at the end (proxy objective).
+4. Optional end-to-end refinement of codebooks and row scales by distillation (finetune.py).
 
 The model keeps working as a plain float model (weights = dequantized reconstruction), so perplexity can
 be measured on it directly; the packed tensors are returned for `checkpoint.save`.
@@ -28,6 +30,8 @@ from compress.vptq.config import VPTQConfig, VPTQModifierConfig
 from compress.vptq.fit import (
     RefineTerm, column_vectors, element_weights, fit_vptq_joint, proxy_loss, refine_codebooks, row_norm, with_codebooks,
 )
+from compress.vptq.equalize import equalize_model
+from compress.vptq.finetune import finetune_codebooks
 from compress.vptq.format import VQWeight
 from compress.vptq.kmeans import nearest, weighted_kmeans
 
@@ -45,6 +49,8 @@ class VPTQResult:
     fit_seconds: float
     device: str
     stats: dict[str, dict] = field(default_factory=dict)  # per layer: proxy_loss, vector_len
+    folds: dict[str, list[str]] = field(default_factory=dict)  # equalisation folds per block index
+    finetune: dict = field(default_factory=dict)  # end-to-end refinement report (held-out KL per pass)
 
     def size_report(self) -> dict:
         """Bits per quantized weight with codebooks counted once per scope (each shared codebook once)."""
@@ -314,6 +320,11 @@ def _apply(model, calibration_batches, config, progress: Progress | None, device
     linears = target_linears(model, targets, ignore)
     blocks_name, blocks = decoder_blocks(model, linears)
     vlens = {name: vector_len_for(name, m.out_features, cfg) for name, m in linears.items()}
+    # Reparametrise first (function unchanged): codebooks, Hessians and the sequential pass all see the
+    # equalised weights.
+    folds = equalize_model(blocks, linears, cfg.equalize) if cfg.equalize > 0 else {}
+    # The float weights the end-to-end refinement distils from (after equalisation: same function).
+    teacher = {n: m.weight.detach().clone() for n, m in linears.items()} if cfg.finetune_steps else {}
     shared = _fit_shared_codebooks(model, calibration_batches, linears, vlens, cfg, dev, progress) if cfg.scope != "layer" else {}
 
     # Inputs of block 0 for every batch: stop the forward there and keep (hidden_states, kwargs).
@@ -377,7 +388,18 @@ def _apply(model, calibration_batches, config, progress: Progress | None, device
             layers[name] = vq.to("cpu")
             stats[name]["proxy_loss_before_refine"] = stats[name]["proxy_loss"]
             stats[name]["proxy_loss"] = proxy_loss(term.w_f, vq.dequantize(torch.float32), term.hessian)
+    finetune_report: dict = {}
+    if cfg.finetune_steps:
+        with torch.enable_grad():
+            tuned, finetune_report = finetune_codebooks(
+                model, calibration_batches, layers, teacher, steps=cfg.finetune_steps, lr=cfg.finetune_lr,
+                batch_size=cfg.finetune_batch, holdout=cfg.finetune_holdout, seed=cfg.seed, device=dev, progress=progress,
+            )
+        del teacher
+        for name, vq in tuned.items():
+            linears[name].weight.data.copy_(vq.dequantize(linears[name].weight.dtype))
+            layers[name] = vq.to("cpu")
     return VPTQResult(
         layers=layers, config=cfg, targets=targets, ignore=ignore,
-        fit_seconds=time.perf_counter() - start, device=str(dev), stats=stats,
+        fit_seconds=time.perf_counter() - start, device=str(dev), stats=stats, folds=folds, finetune=finetune_report,
     )
