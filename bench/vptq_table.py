@@ -53,13 +53,17 @@ def device_name(device: str) -> str:
 
 
 class Bench:
-    def __init__(self, args):
+    def __init__(self, args, need_model: bool = True):
         from calibration.sampling import build_calibration_set, load_documents
         from compress.model_source import load_model, load_tokenizer, resolve_device, resolve_model
         from eval.perplexity import tokenize_eval_text
 
         self.args = args
         self.device = resolve_device(args.device)
+        self.src = self.calib = None
+        self.load_s = 0.0
+        if not need_model:  # single-layer timing rows only: synthetic tensors, no model or data
+            return
         self.src = resolve_model(args.model)
         self.tokenizer = load_tokenizer(self.src)
         t = time.perf_counter()
@@ -146,7 +150,7 @@ class Bench:
         label = f"VPTQ {preset}" + (" (" + ", ".join(f"{k}={v}" for k, v in sorted((overrides or {}).items())) + ")" if overrides else "")
         return {
             "method": label, "preset": preset, "seed": seed, "overrides": overrides or {}, "config": result.config.model_dump(),
-            "folds": sum(len(f) for f in result.folds.values()),
+            "folds": sum(len(f) for f in result.folds.values()), "finetune": result.finetune,
             "bits_per_weight": size["bits_per_weight"], "size": size, "fit_seconds": fit_s,
             "mean_proxy_loss": sum(losses) / len(losses), "eval": self.ppl(model),
         }
@@ -199,6 +203,13 @@ class Bench:
             f"unknown row {row!r}; rows look like base, gptq:3, vptq:<preset>[:field=value,...], seed:<preset>:<seed>, "
             "layer:<preset>[:<out>x<in>]"
         )
+
+
+def _write(path: Path, text: str) -> None:
+    """Atomic: a run killed by a timeout leaves the previous complete file, never half of one."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
 
 
 def _fmt(x, spec=".2f"):
@@ -291,20 +302,20 @@ def main(argv: list[str] | None = None) -> int:
             doc.setdefault("environment", other["environment"])
         ordered = {k: doc["rows"][k] for k in DEFAULT_ROWS if k in doc["rows"]}
         doc["rows"] = ordered | {k: r for k, r in doc["rows"].items() if k not in ordered}
-        json_path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
-        md_path.write_text(render_markdown(doc))
+        _write(json_path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        _write(md_path, render_markdown(doc))
         print(md_path.read_text())
         return 0
     try:
-        bench = Bench(args)
+        bench = Bench(args, need_model=any(not r.startswith("layer:") for r in args.rows))
     except CompressError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     doc["environment"] = {
         "device": bench.device, "device_name": device_name(bench.device), "torch": torch.__version__,
         "command": "python bench/vptq_table.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "calibration": f"{bench.calib.num_samples} x {bench.calib.seq_len} tokens of {Path(args.calibration).name}",
-        "eval_seq_len": args.eval_seq_len, "max_windows": args.max_windows, "model": bench.src.spec,
+        "calibration": f"{bench.calib.num_samples} x {bench.calib.seq_len} tokens of {Path(args.calibration).name}" if bench.calib else "-",
+        "eval_seq_len": args.eval_seq_len, "max_windows": args.max_windows, "model": bench.src.spec if bench.src else "-",
         "model_load_seconds": bench.load_s,
     }
     for row in args.rows:
@@ -317,11 +328,21 @@ def main(argv: list[str] | None = None) -> int:
         except CompressError as e:
             print(f"error in {row}: {e}", file=sys.stderr)
             return 1
+        except Exception as e:  # noqa: BLE001 -- one broken row (e.g. out of GPU memory) must not lose the others
+            import traceback
+
+            traceback.print_exc()
+            failed = doc.setdefault("failed", {})
+            failed[row] = f"{type(e).__name__}: {e}"
+            _write(json_path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            continue
         r = doc["rows"][row]
         print(f"{row}: bits {r['bits_per_weight']:.3f} ppl {_fmt((r.get('eval') or {}).get('ppl'))} "
               f"fit {_fmt(r.get('fit_seconds'), '.1f')} s (row {time.perf_counter() - t:.0f} s)", flush=True)
-        json_path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
-        md_path.write_text(render_markdown(doc))
+        _write(json_path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        _write(md_path, render_markdown(doc))
     print(md_path.read_text())
     return 0
 

