@@ -174,6 +174,19 @@ def test_gemv_kernels_match_torch():
         assert _rel(gemv_w8(x, q, s, gs), ref) < 2e-3
 
 
+@needs_triton
+def test_add_rms_norm_kernel_matches_glue():
+    from compress.runtime.decode_kernels import add_rms_norm
+    from compress.runtime.fastpath import add_rms_norm as glue
+
+    g = torch.Generator().manual_seed(4)
+    x, y = (torch.randn(3, 1, 200, generator=g).half().to(DEV) for _ in range(2))  # 200: a masked 256-lane block
+    w = (1 + 0.2 * torch.randn(200, generator=g)).half().to(DEV)
+    s, h = add_rms_norm(x, y, w, 1e-5)
+    s_ref, h_ref = glue(x.float(), y.float(), w.float(), 1e-5)
+    assert torch.equal(s, (x + y)) and _rel(h, h_ref) < 2e-3
+
+
 def test_path_table_on_cpu_runs_the_first_candidate_without_measuring():
     from compress.runtime.paths import PathTable
 
@@ -203,6 +216,7 @@ CASES = [
                             pos_ptr=PI64, pm_ptr=P32, pl_ptr=P32, pacc_ptr=P32, out_ptr=P16, scale_log2="fp32"), ATT),
     (dk._gemv, dict(x_ptr=P16, w_ptr=P16, y_ptr=P16, N="i32"), dict(K=14336, BLOCK_N=16, BLOCK_K=512, SILU_MUL=True)),
     (dk._gemv_w8, dict(x_ptr=P16, q_ptr="*i8", s_ptr=P16, y_ptr=P16, N="i32"), dict(K=4096, G=32, GS=128, BLOCK_N=16, NG=4)),
+    (dk._add_rms_norm, dict(x_ptr=P16, y_ptr=P16, w_ptr=P16, s_ptr=P16, h_ptr=P16, eps="fp32"), dict(N=4096, BLOCK=4096)),
 ]
 for fn, types, consts in CASES:
     sig = {n: "constexpr" if n in consts else types[n] for n in fn.arg_names}
@@ -224,4 +238,4 @@ def test_decode_kernels_compile_for_the_h100():
     r = subprocess.run([sys.executable, "-c", _AOT], capture_output=True, text=True, env=env, timeout=300)
     if "ptxas" in r.stderr and "not found" in r.stderr.lower():
         pytest.skip("this Triton install has no ptxas")
-    assert r.returncode == 0 and "compiled 4" in r.stdout, r.stderr[-2000:]
+    assert r.returncode == 0 and "compiled 5" in r.stdout, r.stderr[-2000:]

@@ -303,6 +303,36 @@ def gemv_w8(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, group_size: i
     return y
 
 
+# ---- residual add + RMSNorm for a few rows (decode) ------------------------------------------------
+
+
+@triton.jit
+def _add_rms_norm(x_ptr, y_ptr, w_ptr, s_ptr, h_ptr, eps, N: tl.constexpr, BLOCK: tl.constexpr):
+    """One row per program, the whole row in registers: s = x + y (rounded to the activation dtype,
+    as the reference adds in it), h = w * (s * rsqrt(mean(s^2) + eps)).to(dtype)."""
+    row = tl.program_id(0).to(tl.int64) * N
+    offs = tl.arange(0, BLOCK)
+    mask = offs < N
+    x = tl.load(x_ptr + row + offs, mask=mask, other=0.0)
+    s = x + tl.load(y_ptr + row + offs, mask=mask, other=0.0)
+    tl.store(s_ptr + row + offs, s, mask=mask)
+    sf = s.to(tl.float32)
+    r = 1.0 / tl.sqrt(tl.sum(sf * sf, axis=0) / N + eps)
+    w = tl.load(w_ptr + offs, mask=mask, other=0.0)
+    h = (sf * r).to(x.dtype).to(tl.float32) * w.to(tl.float32)
+    tl.store(h_ptr + row + offs, h.to(h_ptr.dtype.element_ty), mask=mask)
+
+
+def add_rms_norm(x: torch.Tensor, y: torch.Tensor, w: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x + y, rms_norm(x + y) * w) for (.., N) rows of one dtype (fastpath.add_rms_norm's math)."""
+    n = x.shape[-1]
+    x2, y2 = x.reshape(-1, n).contiguous(), y.reshape(-1, n).contiguous()
+    s, h = torch.empty_like(x2), torch.empty_like(x2)
+    block = triton.next_power_of_2(n)
+    _add_rms_norm[(x2.shape[0],)](x2, y2, w, s, h, eps, N=n, BLOCK=block, num_warps=8 if block >= 4096 else 4)
+    return s.reshape(x.shape), h.reshape(x.shape)
+
+
 def attention_reference(q, k, v, cos, sin, k_cache, v_cache, pos: int, scale: float, q_norm=None, k_norm=None,
                         eps: float = 1e-6) -> torch.Tensor:
     """Plain-torch twin of DecodeAttention (float32 math; writes the cache the same way), for tests."""

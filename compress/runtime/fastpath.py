@@ -235,6 +235,20 @@ class FastLM:
             return self.fn["qk_norm_rope"](q, k, blk.q_norm, blk.k_norm, self.eps, cos, sin)
         return self.fn["rope"](q, k, cos, sin)
 
+    def _add_norm(self, x, y, w):
+        """Residual add + RMSNorm: the compiled glue, or on the GPU the one-row-per-program Triton kernel
+        where the path table measured it faster (decode: a 4096-wide row is a latency-bound launch)."""
+        f = self.fn["add_rms_norm"]
+        if not x.is_cuda or not (x.dtype == y.dtype == w.dtype):
+            return f(x, y, w, self.eps)
+        from compress.runtime.decode_kernels import add_rms_norm
+        from compress.runtime.paths import TABLE
+
+        rows = x.numel() // x.shape[-1]
+        return TABLE.run(("add_rms_norm", x.shape[-1], 1, rows, str(x.dtype)),
+                         [("compiled", lambda: f(x, y, w, self.eps)), ("triton_row", lambda: add_rms_norm(x, y, w, self.eps))],
+                         x.device)
+
     def _layers(self, x: torch.Tensor, cos, sin, attend, attend_raw=None) -> torch.Tensor:
         """Run all blocks; `attend(i, q, k, v)` stores k/v in the cache and returns (B, T, H*D);
         `attend_raw(i, blk, h)`, when given, does the projections' glue itself (decode kernels)."""
@@ -246,9 +260,9 @@ class FastLM:
                 q, k, v = self._qkv(blk, h)
                 q, k = self._rope(blk, q, k, cos, sin)
                 a = attend(i, q, k, v)
-            x, h = self.fn["add_rms_norm"](x, linear(blk.o, a), blk.post_norm, self.eps)
+            x, h = self._add_norm(x, linear(blk.o, a), blk.post_norm)
             nxt = self.blocks[i + 1].in_norm if i + 1 < len(self.blocks) else self.final_norm
-            x, h = self.fn["add_rms_norm"](x, self._mlp(blk, h), nxt, self.eps)
+            x, h = self._add_norm(x, self._mlp(blk, h), nxt)
         return h  # the final norm's output
 
     # ---- public steps ---------------------------------------------------------------------------
