@@ -4,17 +4,19 @@ ctypes, launch on torch's current stream.
 Why not Triton: the GEMV is bound by random 16-byte codebook reads; Triton 3.6 puts them through L1
 (one cache line per thread, about 32 SM clocks per warp-wide gather), while the CUDA kernel holds
 both codebooks in shared memory (see the .cu header for the layout). Why ctypes and no torch
-extension: the source has no torch headers, so nvcc builds it in about 10 s instead of a minute.
+extension: the source has no torch headers, so nvcc builds it in about 20 s instead of a minute.
 
 Covered: batch 1 (M = 1), vector length 8, fp16 codebooks, main index bits 12 or 13 (4096 / 8192
 centroids), residual bits 0, 8 or 9 (none / 256 / 512), fp16 or bf16 x, fp16 scale / bias. Anything
 else, or no nvcc, goes to the Triton kernel (`supports` says which). COMPRESS_VPTQ_CUDA=0 turns it off.
+No re-layout of the checkpoint: the kernel reads the packed index stream of notes/VPTQ_FORMAT.md as is.
 """
 
 from __future__ import annotations
 
 import ctypes
 import hashlib
+import math
 import os
 import shutil
 import subprocess
@@ -29,22 +31,38 @@ from compress.errors import CompressError
 SRC = Path(__file__).resolve().parent / "csrc" / "vptq_gemv.cu"
 MAIN_BITS = (12, 13)
 RES_BITS = (0, 8, 9)
-# Vector slots per CTA below which fewer CTAs than SMs run: each CTA loads the whole codebook
-# (64-128 KB), so for small layers the codebook copies, not the weights, would dominate.
-VECTORS_PER_CTA = 4096
+# Build variants: name -> (warps per CTA, rolled main loop). See the .cu header.
+VARIANTS = {"w16": (16, 0), "w16r": (16, 1), "w8": (8, 0), "w8r": (8, 1)}
+DEFAULT_VARIANT = "w8"
+# Cost model behind `plan` (H100, kernels/vptq_probe.py, 2026-11-22): one SM decodes a vector (main +
+# residual lookups, shared-memory bound) in about 0.24 ns; each extra partial of a tile's split-K adds
+# about 0.06 us to the tail (the last CTA sums the partials). GT=4 pays ~10% more per vector.
+NS_PER_VECTOR = {8: 0.24, 4: 0.26}
+US_PER_PARTIAL = 0.06
 # CTAs per cluster sharing one L2 read of the main codebook (bulk-copy multicast); 1 = plain copies.
-CLUSTER = 1
+DEFAULT_CLUSTER = 1
 
 _lock = threading.Lock()
-_lib: ctypes.CDLL | None = None
-_failed: str | None = None
-_ws: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+_libs: dict[str, ctypes.CDLL] = {}
+_failed: dict[str, str] = {}
 _warned: list[bool] = []
+_ws: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
 _keep: list[torch.Tensor] = []  # outgrown workspaces stay alive: CUDA graphs may still point at them
 
 
 def enabled() -> bool:
     return os.environ.get("COMPRESS_VPTQ_CUDA", "1") != "0"
+
+
+def cluster_size() -> int:
+    return int(os.environ.get("COMPRESS_VPTQ_CLUSTER", DEFAULT_CLUSTER))
+
+
+def variant() -> str:
+    name = os.environ.get("COMPRESS_VPTQ_VARIANT", DEFAULT_VARIANT)
+    if name not in VARIANTS:
+        raise CompressError(f"COMPRESS_VPTQ_VARIANT={name!r} is not one of {sorted(VARIANTS)}")
+    return name
 
 
 def _nvcc() -> str | None:
@@ -60,44 +78,57 @@ def _arch(device: torch.device) -> str:
     return f"{major}{minor}{suffix}"
 
 
-def build(device: torch.device) -> ctypes.CDLL:
-    """Compile (once per source/arch, cached under ~/.cache/compress) and load the shared library."""
-    global _lib, _failed
+def _compile(device: torch.device, name: str) -> Path:
+    warps, roll = VARIANTS[name]
+    nvcc = _nvcc()
+    if nvcc is None:
+        raise CompressError("vptq CUDA kernel: nvcc not found (set CUDA_HOME); using the Triton kernel")
+    arch = _arch(device)
+    flags = [f"-DVPTQ_WARPS={warps}", f"-DVPTQ_ROLL={roll}"]
+    key = hashlib.sha256(SRC.read_bytes() + " ".join([arch, *flags]).encode()).hexdigest()[:16]
+    cache = Path(os.environ.get("COMPRESS_KERNEL_CACHE", Path.home() / ".cache" / "compress" / "kernels"))
+    lib = cache / f"vptq_gemv_{name}_{key}.so"
+    if not lib.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        tmp = lib.with_suffix(f".{os.getpid()}.tmp")
+        cmd = [nvcc, "-O3", "-std=c++17", "-diag-suppress=177", *flags, f"-gencode=arch=compute_{arch},code=sm_{arch}",
+               "-shared", "-Xcompiler", "-fPIC", "-o", str(tmp), str(SRC)]
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        if res.returncode != 0:
+            raise CompressError(f"vptq CUDA kernel: nvcc failed ({' '.join(cmd)}): {res.stderr.strip()[-2000:]}")
+        os.replace(tmp, lib)
+    return lib
+
+
+def prebuild(device: torch.device, names: list[str]) -> None:
+    """Compile several variants at once (parallel nvcc processes), for the probe."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(names)) as pool:
+        list(pool.map(lambda nm: _compile(device, nm), names))
+
+
+def build(device: torch.device, name: str | None = None) -> ctypes.CDLL:
+    """Compile (once per source/arch/variant, cached under ~/.cache/compress) and load the library."""
+    name = name or variant()
     with _lock:
-        if _lib is not None:
-            return _lib
-        if _failed is not None:
-            raise CompressError(_failed)
-        nvcc = _nvcc()
-        if nvcc is None:
-            _failed = "vptq CUDA kernel: nvcc not found (set CUDA_HOME); using the Triton kernel"
-            raise CompressError(_failed)
-        arch = _arch(device)
-        key = hashlib.sha256(SRC.read_bytes() + arch.encode()).hexdigest()[:16]
-        cache = Path(os.environ.get("COMPRESS_KERNEL_CACHE", Path.home() / ".cache" / "compress" / "kernels"))
-        lib = cache / f"vptq_gemv_{key}.so"
-        if not lib.exists():
-            cache.mkdir(parents=True, exist_ok=True)
-            tmp = lib.with_suffix(f".{os.getpid()}.tmp")
-            cmd = [nvcc, "-O3", "-std=c++17", "-diag-suppress=177", f"-gencode=arch=compute_{arch},code=sm_{arch}", "-shared", "-Xcompiler",
-                   "-fPIC", "-o", str(tmp), str(SRC)]
-            res = subprocess.run(cmd, capture_output=True, text=True)
-            if res.returncode != 0:
-                _failed = f"vptq CUDA kernel: nvcc failed ({' '.join(cmd)}): {res.stderr.strip()[-2000:]}"
-                raise CompressError(_failed)
-            os.replace(tmp, lib)
-        so = ctypes.CDLL(str(lib))
-        so.vptq_gemv.restype = ctypes.c_int
-        so.vptq_gemv.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
-                                 ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
-                                 ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
-                                 ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                                 ctypes.c_void_p]
+        if name in _libs:
+            return _libs[name]
+        if name in _failed:
+            raise CompressError(_failed[name])
+        try:
+            so = ctypes.CDLL(str(_compile(device, name)))
+        except (CompressError, OSError) as e:
+            _failed[name] = str(e)
+            raise CompressError(str(e)) from None
+        p, i = ctypes.c_void_p, ctypes.c_int
+        so.vptq_gemv.restype = i
+        so.vptq_gemv.argtypes = [p, i, p, p, i, i, p, p, i, i, i, p, p, p, p, p, i, i, i, i, i, i, i, i, i, p]
         so.vptq_gemv_workspace_floats.restype = ctypes.c_long
-        so.vptq_gemv_workspace_floats.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int]
+        so.vptq_gemv_workspace_floats.argtypes = [i, i, i]
         so.vptq_gemv_smem_bytes.restype = ctypes.c_long
-        so.vptq_gemv_smem_bytes.argtypes = [ctypes.c_int, ctypes.c_int]
-        _lib = so
+        so.vptq_gemv_smem_bytes.argtypes = [i, i, i]
+        _libs[name] = so
         return so
 
 
@@ -105,6 +136,19 @@ def _smem_limit(device: torch.device) -> int:
     props = torch.cuda.get_device_properties(device)
     optin = int(getattr(props, "shared_memory_per_block_optin", 0) or 0)
     return optin or (227 * 1024 if props.major >= 9 else 0)
+
+
+def smem_bytes(index_bits: int, res_bits: int, copies: int, warps: int) -> int:
+    """Dynamic shared memory per CTA (mirrors vptq_smem in the .cu)."""
+    return max(16 << index_bits, warps * 512 * 4) + (copies * 16 << res_bits if res_bits else 0)
+
+
+def residual_copies(device: torch.device, index_bits: int, res_bits: int, warps: int) -> int | None:
+    """8 replicas of the residual codebook (conflict-free reads) when shared memory allows, else 4."""
+    for copies in (8, 4):
+        if smem_bytes(index_bits, res_bits, copies, warps) <= _smem_limit(device):
+            return copies
+    return None
 
 
 def supports(x2: torch.Tensor, n: int, codebook: torch.Tensor, index_bits: int, res_codebook: torch.Tensor | None,
@@ -120,9 +164,7 @@ def supports(x2: torch.Tensor, n: int, codebook: torch.Tensor, index_bits: int, 
         return False
     if codebook.data_ptr() % 16 or (res_codebook is not None and res_codebook.data_ptr() % 16):
         return False
-    kr = res_codebook.shape[0] if res_codebook is not None else 0
-    smem = codebook.shape[0] * 16 + kr * 128 + 16 * 512 * 4
-    if smem > _smem_limit(x2.device):
+    if residual_copies(x2.device, index_bits, rb, VARIANTS[variant()][0]) is None:
         return False
     try:
         build(x2.device)
@@ -146,36 +188,55 @@ def _workspace(device: torch.device, floats: int, tiles: int) -> tuple[torch.Ten
     return ws, cnt
 
 
-def plan(n: int, k: int, device: torch.device, gt: int | None = None, ctas: int | None = None) -> tuple[int, int]:
-    """(gt, ctas): 8 vector slots per lane unless the layer has fewer than 256 slots (then 4); CTAs so
-    that each handles at least VECTORS_PER_CTA vectors, at most one per SM."""
+def plan(n: int, k: int, sms: int, gt: int | None = None, cpt: int | None = None) -> tuple[int, int]:
+    """(gt, cpt): vector slots per lane (tile = 32*gt slots) and CTAs per tile (split of K), from the
+    cost model above: per tile, cpt CTAs share 32*gt*K vectors, and the tail grows with cpt."""
     ng = n // 8
-    gt = gt or (8 if ng >= 256 else 4)
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
-    ctas = ctas or max(1, min(sms, (ng * k + VECTORS_PER_CTA - 1) // VECTORS_PER_CTA))
-    return gt, ctas
+    best = None
+    for g in ([gt] if gt else [8, 4]):
+        tiles = -(-ng // (32 * g))
+        vt = 32 * g * k  # vectors per tile
+        cap = max(1, sms // tiles)
+        if cpt:
+            cands = [cpt]
+        else:
+            c0 = math.sqrt(vt * NS_PER_VECTOR[g] * 1e-3 / US_PER_PARTIAL)
+            cands = sorted({max(1, min(cap, int(c))) for c in (c0, c0 + 1, cap)})
+        for c in cands:
+            waves = -(-tiles * c // sms)
+            est = waves * vt / c * NS_PER_VECTOR[g] * 1e-3 + US_PER_PARTIAL * c
+            if best is None or est < best[0]:
+                best = (est, g, c)
+    return best[1], best[2]
 
 
 def gemv(x2: torch.Tensor, n: int, indices: torch.Tensor, codebook: torch.Tensor, index_bits: int,
          res_indices: torch.Tensor | None, res_codebook: torch.Tensor | None, res_index_bits: int | None,
          scale: torch.Tensor | None, bias: torch.Tensor | None, out: torch.Tensor, gt: int | None = None,
-         ctas: int | None = None, cluster: int | None = None) -> torch.Tensor:
-    """out (1, n) = x2 (1, K) @ W_hat^T. Caller has checked shapes (vptq._check) and `supports`."""
-    lib = build(x2.device)
+         cpt: int | None = None, cluster: int | None = None, name: str | None = None, mode: int = 0) -> torch.Tensor:
+    """out (1, n) = x2 (1, K) @ W_hat^T. Caller has checked shapes (vptq._check) and `supports`.
+    gt / cpt / cluster / name override the plan and the build variant (for the probe); mode 1 and 2
+    are timing probes that write no output."""
+    name = name or variant()
+    lib = build(x2.device, name)
     k = indices.shape[0]
-    gt, ctas = plan(n, k, x2.device, gt, ctas)
+    sms = torch.cuda.get_device_properties(x2.device).multi_processor_count
+    gt, cpt = plan(n, k, sms, gt, cpt)
     tiles = (n // 8 + 32 * gt - 1) // (32 * gt)
-    ws, cnt = _workspace(x2.device, lib.vptq_gemv_workspace_floats(n, gt, ctas), tiles)
+    ws, cnt = _workspace(x2.device, lib.vptq_gemv_workspace_floats(n, gt, cpt), tiles)
     has_res = res_codebook is not None
+    rb = res_index_bits if has_res else 0
+    copies = residual_copies(x2.device, index_bits, rb, VARIANTS[name][0]) or 4
     x2 = x2.contiguous()
+    cl = cluster or cluster_size()
     rc = lib.vptq_gemv(
         x2.data_ptr(), int(x2.dtype == torch.bfloat16), indices.data_ptr(), codebook.data_ptr(), codebook.shape[0],
         index_bits, res_indices.data_ptr() if has_res else None, res_codebook.data_ptr() if has_res else None,
-        res_codebook.shape[0] if has_res else 0, res_index_bits if has_res else 0,
-        scale.data_ptr() if scale is not None else None, bias.data_ptr() if bias is not None else None, out.data_ptr(),
-        ws.data_ptr(), cnt.data_ptr(), n, k, indices.shape[1], res_indices.shape[1] if has_res else 1, gt, ctas,
-        cluster or CLUSTER, torch.cuda.current_stream(x2.device).cuda_stream)
+        res_codebook.shape[0] if has_res else 0, rb, copies, scale.data_ptr() if scale is not None else None,
+        bias.data_ptr() if bias is not None else None, out.data_ptr(), ws.data_ptr(), cnt.data_ptr(), n, k,
+        indices.shape[1], res_indices.shape[1] if has_res else 1, gt, cpt, cl, VARIANTS[name][1], mode,
+        torch.cuda.current_stream(x2.device).cuda_stream)
     if rc != 0:
-        raise CompressError(f"vptq CUDA kernel: launch failed with code {rc} (n={n}, k={k}, bits={index_bits}/"
-                            f"{res_index_bits}, gt={gt}, ctas={ctas}, cluster={cluster or CLUSTER})")
+        raise CompressError(f"vptq CUDA kernel: launch failed with code {rc} (n={n}, k={k}, bits={index_bits}/{rb}, "
+                            f"gt={gt}, cpt={cpt}, cluster={cl}, variant={name})")
     return out

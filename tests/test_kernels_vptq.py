@@ -128,21 +128,46 @@ def test_vptq_cuda_gemv_matches_reference(n, k, main, res, dtype):
 
 @pytest.mark.gpu
 @needs_cuda
-@pytest.mark.parametrize("gt,ctas,cluster", [(4, 1, 1), (4, 7, 1), (8, 3, 1), (8, 132, 1), (4, 200, 1), (8, 132, 2),
-                                             (4, 7, 2), (8, 66, 4), (8, 5, 4)])
+@pytest.mark.parametrize("gt,cpt,cluster", [(4, 1, 1), (4, 7, 1), (8, 3, 1), (8, 66, 1), (4, 40, 1), (8, 66, 2),
+                                           (4, 7, 2), (8, 33, 4), (8, 5, 4)])
 @pytest.mark.parametrize("norm", [True, False])
-def test_vptq_cuda_plans(gt, ctas, cluster, norm):
+def test_vptq_cuda_plans(gt, cpt, cluster, norm):
     from kernels import vptq_cuda
 
     n, k = 4096, 2048
-    d = make_vptq(n, k, 8192, 512, DEVICE, seed=gt * ctas, scale=norm, bias=norm)
+    d = make_vptq(n, k, 8192, 512, DEVICE, seed=gt * cpt, scale=norm, bias=norm)
     x = torch.randn(1, k, device=DEVICE).half()
     ref = vptq_linear_ref(x, n, **d)
     for _ in range(2):
         out = torch.full((1, n), float("nan"), device=DEVICE, dtype=x.dtype)
-        vptq_cuda.gemv(x, n, d["indices"], d["codebook"], 13, d["res_indices"], d["res_codebook"], 9, d["scale"], d["bias"],
-                       out, gt=gt, ctas=ctas, cluster=cluster)
+        vptq_cuda.gemv(x, n, d["indices"], d["codebook"], 13, d["res_indices"], d["res_codebook"], 9, d.get("scale"),
+                       d.get("bias"), out, gt=gt, cpt=cpt, cluster=cluster)
         assert rel_err(out, ref) < 3e-3
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("name", ["w16", "w16r", "w8", "w8r"])
+@pytest.mark.parametrize("n,k,main,res", [(1032, 333, 4096, 256), (14336, 1024, 8192, 512), (2048, 4096, 4096, 0)])
+def test_vptq_cuda_variants(name, n, k, main, res):
+    from kernels import vptq_cuda
+
+    d = make_vptq(n, k, main, res, DEVICE, seed=7)
+    x = torch.randn(1, k, device=DEVICE).half()
+    out = torch.full((1, n), float("nan"), device=DEVICE, dtype=x.dtype)
+    vptq_cuda.gemv(x, n, d["indices"], d["codebook"], d["index_bits"], d.get("res_indices"), d.get("res_codebook"),
+                   d.get("res_index_bits"), d["scale"], d["bias"], out, name=name)
+    assert rel_err(out, vptq_linear_ref(x, n, **d)) < 3e-3
+
+
+def test_vptq_cuda_plan_covers_the_chip():
+    from kernels.vptq_cuda import plan
+
+    for k, n in [(1024, 1024), (4096, 4096), (16384, 14336), (16384, 53248), (8192, 1032)]:
+        gt, cpt = plan(n, k, 132)
+        tiles = -(-(n // 8) // (32 * gt))
+        assert gt in (4, 8) and 1 <= cpt and tiles * cpt <= 132
+    assert plan(53248, 16384, 132) == (8, 5)  # 26 tiles x 5 = 130 CTAs: one wave, no tail to speak of
 
 
 @pytest.mark.gpu

@@ -4,19 +4,22 @@
 //   y[n] = s[n] * sum_j x[j] * (C[idx[j,g], i] + R[ridx[j,g], i]) + t[n] * sum_j x[j].
 // Why CUDA C++: every weight vector is a random 16-byte codebook row. Through L1 (the Triton kernel)
 // each warp-wide gather touches 32 cache lines and costs about 32 SM clocks; from shared memory the
-// same gather costs the bank conflicts of 32 random 16-byte rows (about 8-12 wavefronts). Triton
-// 3.6 gives no explicit shared memory for a gather.
+// same gather costs the bank conflicts of 32 random 16-byte rows (measured on the H100: 9.3 clocks
+// per warp read, kernels/csrc/vptq_lds_bench.cu). Triton 3.6 gives no explicit shared memory for a
+// gather.
 //
 // Layout in shared memory (per CTA, loaded once; one CTA per SM):
-//   main codebook  k  x 16 B  (64 KB for 4096, 128 KB for 8192)
-//   residual codebook replicated 8x: row r at r*128 + c*16 for c = 0..7, and lane l reads copy l&7,
-//     so the 8 lanes of a quarter warp hit 8 different 16-byte bank groups: conflict-free.
-//   reduction buffer 16 warps x 2 KB.
-// Work: a "tile" is 32 lanes x GT vector slots (GT*8*32 outputs); the (tile, column) pairs are cut
-// into one contiguous range per CTA (tile-major), the 16 warps of a CTA split each tile segment's
-// columns (interleaved), reduce in shared memory in fixed order, and write one partial per (tile,
-// CTA) to a workspace. The last CTA to finish a tile (arrival counter) sums that tile's partials in
-// CTA order, applies scale/bias and writes y: one launch, deterministic (no float atomics).
+//   main codebook  k x 16 B  (64 KB for 4096, 128 KB for 8192); after the main loop the same bytes
+//     hold the cross-warp reduction buffer (16 warps x 2 KB), so it costs no extra shared memory
+//     (shared memory not taken is L1, which the overlapping 4-byte index loads rely on).
+//   residual codebook replicated rc = 8 (or 4) times: row r at r*rc*16 + c*16, lane l reads copy
+//     l % rc, so the 8 lanes of a quarter warp hit different 16-byte bank groups (measured 4.3
+//     clocks per warp read, the minimum for 512 bytes).
+// Work: a "tile" is 32 lanes x GT vector slots (GT*8*32 outputs). CTA c works on tile c / cpt,
+// columns [K*p/cpt, K*(p+1)/cpt) with p = c % cpt; its 16 warps split those columns (interleaved),
+// reduce in shared memory in fixed order, and write one partial per CTA to a workspace. The last
+// CTA of a tile to arrive (counter) sums the tile's cpt partials in CTA order, applies scale/bias
+// and writes y: one launch, deterministic (no float atomics).
 // Indices are read straight from the packed stream: lane l of tile t owns slots (t*32+l)*GT ..+GT,
 // whose GT*B bits start at bit (t*32+l)*GT*B of each row; the words are loaded with 4-byte loads
 // and shifted once by the lane's bit offset, after which every index sits at a compile-time bit.
@@ -27,11 +30,24 @@
 
 namespace {
 
-constexpr int WARPS = 16;
+// Build-time variants (kernels/vptq_cuda.py builds one library per variant):
+//   VPTQ_WARPS: warps per CTA (one CTA per SM). 16 caps a thread at 128 registers, where GT=8 with a
+//     residual spills a few ring registers inside the loop; 8 allows 255.
+//   VPTQ_ROLL: 1 = rolled main loop (one column per iteration, ring shifted by register moves): a
+//     third of the code, which is fetched cold after every L2 flush.
+#ifndef VPTQ_WARPS
+#define VPTQ_WARPS 16
+#endif
+#ifndef VPTQ_ROLL
+#define VPTQ_ROLL 0
+#endif
+constexpr int WARPS = VPTQ_WARPS;
 constexpr int THREADS = WARPS * 32;
-// Columns of indices in flight per warp (register ring): 4, or 3 where GT=8's 64 accumulators leave
-// too few of the 128 registers a thread gets at 512 threads per SM (ptxas spilled at 4).
-template <int GT> __host__ __device__ constexpr int depth_for() { return GT >= 8 ? 3 : 4; }
+constexpr int RED_BYTES = WARPS * 512 * 4;  // cross-warp reduction buffer (aliases the main codebook)
+// Columns of indices in flight per warp (register ring). Bytes in flight per SM must cover DRAM
+// latency at the shared-memory-bound rate (~10 KB): 16 warps x 2 x ~700 B or 8 warps x 4 x ~700 B.
+// 16 warps with GT=8 get 2: at 3 ptxas spilled inside the loop.
+template <int GT> __host__ __device__ constexpr int depth_for() { return (WARPS <= 8 || GT < 8) ? 4 : 2; }
 
 __host__ __device__ constexpr int gcd_c(int a, int b) { return b == 0 ? a : gcd_c(b, a % b); }
 
@@ -136,12 +152,13 @@ struct Column {
   uint16_t x;
 };
 
-template <typename XT, int B, int RB, int GT>
+template <typename XT, int B, int RB, int GT, bool ROLL>
 __global__ void __launch_bounds__(THREADS, 1)
 vptq_gemv_kernel(const uint16_t* __restrict__ x, const int32_t* __restrict__ idx, const uint4* __restrict__ cb, int kc,
-                 const int32_t* __restrict__ ridx, const uint4* __restrict__ rcb, int kr,
+                 const int32_t* __restrict__ ridx, const uint4* __restrict__ rcb, int kr, int rc,
                  const __half* __restrict__ scale, const __half* __restrict__ bias, XT* __restrict__ out,
-                 float* __restrict__ ws, int* __restrict__ counters, int N, int K, int IW, int RW, int per, int cl) {
+                 float* __restrict__ ws, int* __restrict__ counters, int N, int K, int IW, int RW, int cpt, int cl,
+                 int mode) {
   using SM = Stream<GT, B>;
   using SR = Stream<GT, RB ? RB : 1>;
   constexpr int SLOTS = 32 * GT;           // vector slots per tile
@@ -152,8 +169,10 @@ vptq_gemv_kernel(const uint16_t* __restrict__ x, const int32_t* __restrict__ idx
 
   extern __shared__ __align__(16) unsigned char smem[];
   unsigned char* s_main = smem;
-  unsigned char* s_res = smem + (size_t)kc * 16;
-  float* s_red = reinterpret_cast<float*>(s_res + (size_t)(RB ? kr : 0) * 128);  // WARPS x 512 floats
+  // Regions sized for every index a B-bit field can hold (2^B rows), not just the kc centroids: the
+  // lanes past N/8 decode clamped words into arbitrary indices, which must stay inside the buffer.
+  unsigned char* s_res = smem + max((size_t)16 << B, (size_t)RED_BYTES);
+  float* s_red = reinterpret_cast<float*>(smem);  // after the main loop only
   __shared__ float s_xsum[WARPS];
   __shared__ int s_last;
   __shared__ __align__(8) uint64_t s_bar;
@@ -161,291 +180,317 @@ vptq_gemv_kernel(const uint16_t* __restrict__ x, const int32_t* __restrict__ idx
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int NG = N / 8;
   const int T = (NG + SLOTS - 1) / SLOTS;
-  const long total = (long)T * K;
-  const long a = (long)blockIdx.x * per;
-  const long b = min(total, a + per);
+  const int t = blockIdx.x / cpt, part = blockIdx.x % cpt;
+  const bool active = t < T;  // a cluster launch rounds the grid up; the extra CTAs only help load
+  const int j0 = static_cast<int>((long)K * part / cpt), j1 = static_cast<int>((long)K * (part + 1) / cpt);
 
-  // 1. Codebooks into shared memory (async copy for the main one, so the residual copies overlap it).
-  if (cl > 1) {
-    load_codebook_multicast(s_main, cb, kc, cl, &s_bar);
-  } else {
-    for (int r = tid; r < kc; r += THREADS) {
-      uint32_t dst = smem_u32(s_main + (size_t)r * 16);
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(cb + r));
-    }
-    asm volatile("cp.async.commit_group;\n" ::);
-  }
-  if constexpr (RB > 0) {
-    for (int r = tid; r < kr; r += THREADS) {
-      uint4 v = __ldg(rcb + r);
-      uint4* d = reinterpret_cast<uint4*>(s_res + (size_t)r * 128);
-#pragma unroll
-      for (int c = 0; c < 8; ++c) d[c] = v;
-    }
-  }
-  if (cl > 1) wait_codebook_multicast(&s_bar);
-  else asm volatile("cp.async.wait_all;\n" ::);
-  __syncthreads();
-
-  const uint32_t lane_res = static_cast<uint32_t>(lane & 7) * 16;
-
-  for (long u = a; u < b;) {
-    const int t = static_cast<int>(u / K);
-    const int j0 = static_cast<int>(u % K);
-    const int j1 = static_cast<int>(min((long)K, (long)j0 + (b - u)));
-    u += j1 - j0;
-
-    // This lane's slots and where their bits start in a row.
-    const long g0 = (long)(t * 32 + lane) * GT;
-    const long mbit = g0 * B, rbit = g0 * (RB ? RB : 1);
-    const int mw0 = static_cast<int>(mbit >> 5), rw0 = static_cast<int>(rbit >> 5);
-    const uint32_t moff = static_cast<uint32_t>(mbit & 31), roff = static_cast<uint32_t>(rbit & 31);
-
-    float acc[GT][8];
-#pragma unroll
-    for (int q = 0; q < GT; ++q)
-#pragma unroll
-      for (int i = 0; i < 8; ++i) acc[q][i] = 0.f;
-    float xs = 0.f;
-
-    // Columns of this warp: j0 + warp, j0 + warp + WARPS, ...
-    const int ncols = (j1 - j0 > warp) ? (j1 - j0 - warp + WARPS - 1) / WARPS : 0;
-    Column<GT, B, RB> ring[DEPTH];
-    auto load = [&](Column<GT, B, RB>& c, int ci) {
-      const int j = j0 + warp + ci * WARPS;
-      const int32_t* row = idx + (long)j * IW + mw0;
-#pragma unroll
-      for (int i = 0; i < SM::WORDS; ++i) c.m[i] = (mw0 + i < IW) ? ld_word(row + i) : 0u;
-      if constexpr (RB > 0) {
-        const int32_t* rrow = ridx + (long)j * RW + rw0;
-#pragma unroll
-        for (int i = 0; i < SR::WORDS; ++i) c.r[i] = (rw0 + i < RW) ? ld_word(rrow + i) : 0u;
+  // 1. Main codebook copy starts (async), then this warp's first index columns are requested, so
+  //    the two memory round trips overlap, then the residual copies are written, then wait.
+  if (mode != 2) {
+    if (cl > 1) {
+      load_codebook_multicast(s_main, cb, kc, cl, &s_bar);
+    } else {
+#pragma unroll 4
+      for (int r = tid; r < kc; r += THREADS) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(s_main + (size_t)r * 16)), "l"(cb + r));
       }
-      c.x = __ldg(x + j);
-    };
-#pragma unroll
-    for (int d = 0; d < DEPTH; ++d)
-      if (d < ncols) load(ring[d], d);
+      asm volatile("cp.async.commit_group;\n" ::);
+    }
+  }
 
+  // This lane's slots and where their bits start in a row.
+  // Word reads are clamped to the row (no predicates, so no extra registers): a clamped word only
+  // feeds bits past the lane's last slot or slots >= N/8, whose outputs are never written.
+  const long g0 = (long)(t * 32 + lane) * GT;
+  const long mbit = g0 * B, rbit = g0 * (RB ? RB : 1);
+  const int mw0 = min(static_cast<int>(mbit >> 5), IW - 1), rw0 = min(static_cast<int>(rbit >> 5), RW - 1);
+  const int mlim = IW - 1 - mw0, rlim = RW - 1 - rw0;
+  const uint32_t moff = static_cast<uint32_t>(mbit & 31), roff = static_cast<uint32_t>(rbit & 31);
+  // Columns of this warp: j0 + warp, j0 + warp + WARPS, ...
+  const int ncols = (active && mode == 0 && j1 - j0 > warp) ? (j1 - j0 - warp + WARPS - 1) / WARPS : 0;
+  Column<GT, B, RB> ring[DEPTH];
+  auto load = [&](Column<GT, B, RB>& c, int ci) {
+    const int j = j0 + warp + ci * WARPS;
+    const int32_t* row = idx + (long)j * IW + mw0;
+#pragma unroll
+    for (int i = 0; i < SM::WORDS; ++i) c.m[i] = ld_word(row + min(i, mlim));
+    if constexpr (RB > 0) {
+      const int32_t* rrow = ridx + (long)j * RW + rw0;
+#pragma unroll
+      for (int i = 0; i < SR::WORDS; ++i) c.r[i] = ld_word(rrow + min(i, rlim));
+    }
+    c.x = __ldg(x + j);
+  };
+#pragma unroll
+  for (int d = 0; d < DEPTH; ++d)
+    if (d < ncols) load(ring[d], d);
+
+  const int rsh = (rc == 8) ? 7 : 6;  // residual row stride rc*16 bytes
+  const uint32_t lane_res = static_cast<uint32_t>(lane & (rc - 1)) * 16;
+  if constexpr (RB > 0) {
+    if (mode != 2) {
+      for (int r = tid; r < kr; r += THREADS) {
+        const uint4 v = __ldg(rcb + r);
+        uint4* dst = reinterpret_cast<uint4*>(s_res + ((size_t)r << rsh));
+        for (int c = 0; c < rc; ++c) dst[c] = v;
+      }
+    }
+  }
+  if (mode != 2) {
+    if (cl > 1) {
+      wait_codebook_multicast(&s_bar);
+      cluster_sync_all();  // every CTA has all its bytes: no bulk copy is left in flight when one exits
+    } else {
+      asm volatile("cp.async.wait_all;\n" ::);
+    }
+  }
+  __syncthreads();
+  if (mode != 0 || !active) return;  // mode 1/2: timing probes of the prologue (no output)
+
+  float acc[GT][8];
+#pragma unroll
+  for (int q = 0; q < GT; ++q)
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[q][i] = 0.f;
+  float xs = 0.f;
+
+  // One column: shift the loaded words to bit 0, look up GT main + residual rows, accumulate.
+  auto consume = [&](const uint32_t (&um)[SM::NWORDS], const uint32_t (&ur)[SR::NWORDS], float xf) {
+#pragma unroll
+    for (int q = 0; q < GT; ++q) {
+      uint32_t mi = 0;
+      // Unrolled q makes q*B a compile-time bit position.
+      switch (q) {
+#define VPTQ_CASE(Q) case Q: if constexpr (Q < GT) mi = field<B, Q * B>(um); break;
+        VPTQ_CASE(0) VPTQ_CASE(1) VPTQ_CASE(2) VPTQ_CASE(3) VPTQ_CASE(4) VPTQ_CASE(5) VPTQ_CASE(6) VPTQ_CASE(7)
+#undef VPTQ_CASE
+      }
+      uint4 c = *reinterpret_cast<const uint4*>(s_main + mi * 16);
+      if constexpr (RB > 0) {
+        uint32_t ri = 0;
+        switch (q) {
+#define VPTQ_CASE(Q) case Q: if constexpr (Q < GT) ri = field<RB, Q * RB>(ur); break;
+          VPTQ_CASE(0) VPTQ_CASE(1) VPTQ_CASE(2) VPTQ_CASE(3) VPTQ_CASE(4) VPTQ_CASE(5) VPTQ_CASE(6) VPTQ_CASE(7)
+#undef VPTQ_CASE
+        }
+        const uint4 r = *reinterpret_cast<const uint4*>(s_res + (ri << rsh) + lane_res);
+        // main + residual in fp16 (one rounding of the fp16 sum; the reference adds in fp32)
+        __half2 h;
+        h = __hadd2(*reinterpret_cast<const __half2*>(&c.x), *reinterpret_cast<const __half2*>(&r.x)); c.x = *reinterpret_cast<uint32_t*>(&h);
+        h = __hadd2(*reinterpret_cast<const __half2*>(&c.y), *reinterpret_cast<const __half2*>(&r.y)); c.y = *reinterpret_cast<uint32_t*>(&h);
+        h = __hadd2(*reinterpret_cast<const __half2*>(&c.z), *reinterpret_cast<const __half2*>(&r.z)); c.z = *reinterpret_cast<uint32_t*>(&h);
+        h = __hadd2(*reinterpret_cast<const __half2*>(&c.w), *reinterpret_cast<const __half2*>(&r.w)); c.w = *reinterpret_cast<uint32_t*>(&h);
+      }
+      const float2 f0 = __half22float2(*reinterpret_cast<const __half2*>(&c.x));
+      const float2 f1 = __half22float2(*reinterpret_cast<const __half2*>(&c.y));
+      const float2 f2 = __half22float2(*reinterpret_cast<const __half2*>(&c.z));
+      const float2 f3 = __half22float2(*reinterpret_cast<const __half2*>(&c.w));
+      acc[q][0] = fmaf(xf, f0.x, acc[q][0]); acc[q][1] = fmaf(xf, f0.y, acc[q][1]);
+      acc[q][2] = fmaf(xf, f1.x, acc[q][2]); acc[q][3] = fmaf(xf, f1.y, acc[q][3]);
+      acc[q][4] = fmaf(xf, f2.x, acc[q][4]); acc[q][5] = fmaf(xf, f2.y, acc[q][5]);
+      acc[q][6] = fmaf(xf, f3.x, acc[q][6]); acc[q][7] = fmaf(xf, f3.y, acc[q][7]);
+    }
+  };
+
+  if constexpr (ROLL) {
+    // Rolled: one column per iteration, the ring shifted down by register moves (a third of the
+    // code of the unrolled ring; the whole kernel's code is fetched cold after each L2 flush).
+#pragma unroll 1
+    for (int ci = 0; ci < ncols; ++ci) {
+      uint32_t um[SM::NWORDS], ur[SR::NWORDS];
+      shift_words<GT, B>(ring[0].m, moff, um);
+      if constexpr (RB > 0) shift_words<GT, RB>(ring[0].r, roff, ur);
+      const float xf = to_f32<XT>(ring[0].x);
+      xs += xf;
+#pragma unroll
+      for (int d = 0; d + 1 < DEPTH; ++d) ring[d] = ring[d + 1];
+      if (ci + DEPTH < ncols) load(ring[DEPTH - 1], ci + DEPTH);
+      consume(um, ur, xf);
+    }
+  } else {
     for (int base = 0; base < ncols; base += DEPTH) {
 #pragma unroll
       for (int d = 0; d < DEPTH; ++d) {
         if (base + d < ncols) {
-          uint32_t um[SM::NWORDS];
+          uint32_t um[SM::NWORDS], ur[SR::NWORDS];
           shift_words<GT, B>(ring[d].m, moff, um);
-          uint32_t ur[SR::NWORDS];
           if constexpr (RB > 0) shift_words<GT, RB>(ring[d].r, roff, ur);
           const float xf = to_f32<XT>(ring[d].x);
           xs += xf;
           if (base + d + DEPTH < ncols) load(ring[d], base + d + DEPTH);
-#pragma unroll
-          for (int q = 0; q < GT; ++q) {
-            uint32_t mi;
-            // Unrolled q makes q*B a compile-time bit position.
-            switch (q) {
-#define VPTQ_CASE(Q) case Q: if constexpr (Q < GT) mi = field<B, Q * B>(um); break;
-              VPTQ_CASE(0) VPTQ_CASE(1) VPTQ_CASE(2) VPTQ_CASE(3) VPTQ_CASE(4) VPTQ_CASE(5) VPTQ_CASE(6) VPTQ_CASE(7)
-#undef VPTQ_CASE
-            }
-            uint4 c = *reinterpret_cast<const uint4*>(s_main + mi * 16);
-            if constexpr (RB > 0) {
-              uint32_t ri;
-              switch (q) {
-#define VPTQ_CASE(Q) case Q: if constexpr (Q < GT) ri = field<RB, Q * RB>(ur); break;
-                VPTQ_CASE(0) VPTQ_CASE(1) VPTQ_CASE(2) VPTQ_CASE(3) VPTQ_CASE(4) VPTQ_CASE(5) VPTQ_CASE(6) VPTQ_CASE(7)
-#undef VPTQ_CASE
-              }
-              const uint4 r = *reinterpret_cast<const uint4*>(s_res + ri * 128 + lane_res);
-              // fp16 main + residual (one rounding, as the Triton kernel's fp32 sum rounds later)
-              __half2 h;
-              h = __hadd2(*reinterpret_cast<const __half2*>(&c.x), *reinterpret_cast<const __half2*>(&r.x)); c.x = *reinterpret_cast<uint32_t*>(&h);
-              h = __hadd2(*reinterpret_cast<const __half2*>(&c.y), *reinterpret_cast<const __half2*>(&r.y)); c.y = *reinterpret_cast<uint32_t*>(&h);
-              h = __hadd2(*reinterpret_cast<const __half2*>(&c.z), *reinterpret_cast<const __half2*>(&r.z)); c.z = *reinterpret_cast<uint32_t*>(&h);
-              h = __hadd2(*reinterpret_cast<const __half2*>(&c.w), *reinterpret_cast<const __half2*>(&r.w)); c.w = *reinterpret_cast<uint32_t*>(&h);
-            }
-            const float2 f0 = __half22float2(*reinterpret_cast<const __half2*>(&c.x));
-            const float2 f1 = __half22float2(*reinterpret_cast<const __half2*>(&c.y));
-            const float2 f2 = __half22float2(*reinterpret_cast<const __half2*>(&c.z));
-            const float2 f3 = __half22float2(*reinterpret_cast<const __half2*>(&c.w));
-            acc[q][0] = fmaf(xf, f0.x, acc[q][0]); acc[q][1] = fmaf(xf, f0.y, acc[q][1]);
-            acc[q][2] = fmaf(xf, f1.x, acc[q][2]); acc[q][3] = fmaf(xf, f1.y, acc[q][3]);
-            acc[q][4] = fmaf(xf, f2.x, acc[q][4]); acc[q][5] = fmaf(xf, f2.y, acc[q][5]);
-            acc[q][6] = fmaf(xf, f3.x, acc[q][6]); acc[q][7] = fmaf(xf, f3.y, acc[q][7]);
-          }
+          consume(um, ur, xf);
         }
       }
-    }
-
-    // 2. Reduce the 16 warps' partials in fixed order, ROUNDS x 512 floats, into this CTA's slot.
-    const int first = static_cast<int>(((long)t * K) / per);
-    const int last = static_cast<int>(((long)(t + 1) * K - 1) / per);
-    const int nparts = last - first + 1;
-    float* slot = ws + (long)(first + t + (blockIdx.x - first)) * SLOTF;
-    if (lane == 0) s_xsum[warp] = xs;
-#pragma unroll
-    for (int rr = 0; rr < ROUNDS; ++rr) {
-      float4* mine = reinterpret_cast<float4*>(s_red + warp * 512);
-#pragma unroll
-      for (int k4 = 0; k4 < 4; ++k4) {
-        const int q = 2 * rr + k4 / 2, i0 = (k4 % 2) * 4;
-        mine[k4 * 32 + lane] = make_float4(acc[q][i0], acc[q][i0 + 1], acc[q][i0 + 2], acc[q][i0 + 3]);
-      }
-      __syncthreads();
-      float s = 0.f;
-#pragma unroll
-      for (int w = 0; w < WARPS; ++w) s += s_red[w * 512 + tid];
-      __stcg(slot + rr * 512 + tid, s);
-      __syncthreads();
-    }
-    if (tid == 0) {
-      float sx = 0.f;
-      for (int w = 0; w < WARPS; ++w) sx += s_xsum[w];
-      __stcg(slot + TILEF, sx);
-    }
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) s_last = (atomicAdd(counters + t, 1) == nparts - 1);
-    __syncthreads();
-    if (s_last) {
-      // 3. Last CTA of tile t: sum the partials in CTA order, apply scale / bias, write y.
-      // One float4 of the tile per thread (GT=4: two threads per float4, each over half the
-      // partials, combined in shared memory), 16 loads in flight: the partials sit in L2, so the
-      // tail costs about ceil(nparts / 16) L2 round trips.
-      __threadfence();
-      const float* parts = ws + (long)(first + t) * SLOTF;
-      float sx = 0.f;
-      if (bias != nullptr) {  // every warp computes the same x sum in the same order
-        for (int p = lane; p < nparts; p += 32) sx += __ldcg(parts + (long)p * SLOTF + TILEF);
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) sx += __shfl_xor_sync(0xFFFFFFFFu, sx, o);
-      }
-      constexpr int F4 = TILEF / 4;           // float4s per tile: 512 (GT=8) or 256 (GT=4)
-      constexpr int SPLIT = THREADS / F4;     // threads per float4
-      const int f4 = tid % F4, h = tid / F4;
-      const int p0 = nparts * h / SPLIT, p1 = nparts * (h + 1) / SPLIT;
-      float4 s4 = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 16
-      for (int p = p0; p < p1; ++p) {
-        const float4 v = __ldcg(reinterpret_cast<const float4*>(parts + (long)p * SLOTF) + f4);
-        s4.x += v.x; s4.y += v.y; s4.z += v.z; s4.w += v.w;
-      }
-      if constexpr (SPLIT > 1) {
-        float4* s_half = reinterpret_cast<float4*>(s_red);
-        if (h == 1) s_half[f4] = s4;
-        __syncthreads();
-        if (h == 0) {
-          const float4 v = s_half[f4];
-          s4.x += v.x; s4.y += v.y; s4.z += v.z; s4.w += v.w;
-        }
-      }
-      if (h == 0) {
-        // Buffer position f = 4*f4 + comp = rr*512 + (k4*32 + lane')*4 + comp -> slot q, element i of lane'.
-        const int rr = f4 / 128, r = f4 % 128, ln = r % 32, k4 = r / 32;
-        const int q = 2 * rr + k4 / 2, i0 = (k4 % 2) * 4;
-        const long n0 = ((long)(t * 32 + ln) * GT + q) * 8 + i0;
-        const float sv[4] = {s4.x, s4.y, s4.z, s4.w};
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const long n = n0 + c;
-          if (n < N) {
-            float y = sv[c];
-            if (scale != nullptr) y *= __half2float(scale[n]);
-            if (bias != nullptr) y += __half2float(bias[n]) * sx;
-            out[n] = from_f32<XT>(y);
-          }
-        }
-      }
-      if (tid == 0) counters[t] = 0;  // ready for the next call (and CUDA-graph replays)
-      __syncthreads();                // s_red is reused by the next segment's reduction
     }
   }
+
+  // 2. Reduce the 16 warps' partials in fixed order, ROUNDS x 512 floats, into this CTA's slot.
+  //    The buffer is the main codebook's bytes: wait until every warp is done with it.
+  __syncthreads();
+  float* slot = ws + (long)blockIdx.x * SLOTF;
+  if (lane == 0) s_xsum[warp] = xs;
+#pragma unroll
+  for (int rr = 0; rr < ROUNDS; ++rr) {
+    float4* mine = reinterpret_cast<float4*>(s_red + warp * 512);
+#pragma unroll
+    for (int k4 = 0; k4 < 4; ++k4) {
+      const int q = 2 * rr + k4 / 2, i0 = (k4 % 2) * 4;
+      mine[k4 * 32 + lane] = make_float4(acc[q][i0], acc[q][i0 + 1], acc[q][i0 + 2], acc[q][i0 + 3]);
+    }
+    __syncthreads();
+    for (int f = tid; f < 512; f += THREADS) {
+      float sum = 0.f;
+#pragma unroll
+      for (int w = 0; w < WARPS; ++w) sum += s_red[w * 512 + f];
+      __stcg(slot + rr * 512 + f, sum);
+    }
+    __syncthreads();
+  }
+  if (tid == 0) {
+    float sx = 0.f;
+    for (int w = 0; w < WARPS; ++w) sx += s_xsum[w];
+    __stcg(slot + TILEF, sx);
+  }
+  // Release the partial / acquire the others' with one gpu-scope fence pair by one thread around the
+  // counter (bar.sync orders the CTA's other threads): __threadfence() in every thread compiles to
+  // MEMBAR.SC.GPU, a sequentially consistent fence per thread.
+  __syncthreads();
+  if (tid == 0) {
+    asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+    const int prev = atomicAdd(counters + t, 1);
+    asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+    s_last = (prev == cpt - 1);
+  }
+  __syncthreads();
+  if (!s_last) return;
+
+  // 3. Last CTA of tile t: sum the partials in CTA order, apply scale / bias, write y.
+  //    One float4 of the tile per thread (GT=4: two threads per float4, each over half the
+  //    partials, combined in shared memory), 8 loads in flight: the partials sit in L2.
+  const float* parts = ws + (long)t * cpt * SLOTF;
+  float sx = 0.f;
+  if (bias != nullptr) {  // every warp computes the same x sum in the same order
+    for (int p = lane; p < cpt; p += 32) sx += __ldcg(parts + (long)p * SLOTF + TILEF);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sx += __shfl_xor_sync(0xFFFFFFFFu, sx, o);
+  }
+  constexpr int F4 = TILEF / 4;                              // float4s per tile: 512 (GT=8) or 256 (GT=4)
+  constexpr int SPLIT = THREADS > F4 ? THREADS / F4 : 1;      // threads per float4
+  for (int fb = 0; fb < F4; fb += THREADS / SPLIT) {
+    const int f4 = fb + tid % (THREADS / SPLIT), h = tid / (THREADS / SPLIT);
+    const int p0 = cpt * h / SPLIT, p1 = cpt * (h + 1) / SPLIT;
+    float4 s4 = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 8
+    for (int p = p0; p < p1; ++p) {
+      const float4 v = __ldcg(reinterpret_cast<const float4*>(parts + (long)p * SLOTF) + f4);
+      s4.x += v.x; s4.y += v.y; s4.z += v.z; s4.w += v.w;
+    }
+    if constexpr (SPLIT > 1) {
+      float4* s_half = reinterpret_cast<float4*>(s_red);
+      if (h == 1) s_half[f4] = s4;
+      __syncthreads();
+      if (h == 0) {
+        const float4 v = s_half[f4];
+        s4.x += v.x; s4.y += v.y; s4.z += v.z; s4.w += v.w;
+      }
+    }
+    if (h == 0) {
+      // Buffer position f = 4*f4 + comp = rr*512 + (k4*32 + lane')*4 + comp -> slot q, element i of lane'.
+      const int rr = f4 / 128, r = f4 % 128, ln = r % 32, k4 = r / 32;
+      const int q = 2 * rr + k4 / 2, i0 = (k4 % 2) * 4;
+      const long n0 = ((long)(t * 32 + ln) * GT + q) * 8 + i0;
+      const float sv[4] = {s4.x, s4.y, s4.z, s4.w};
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const long n = n0 + c;
+        if (n < N) {
+          float y = sv[c];
+          if (scale != nullptr) y *= __half2float(scale[n]);
+          if (bias != nullptr) y += __half2float(bias[n]) * sx;
+          out[n] = from_f32<XT>(y);
+        }
+      }
+    }
+  }
+  if (tid == 0) counters[t] = 0;  // ready for the next call (and CUDA-graph replays)
 }
 
-template <typename XT, int B, int RB, int GT>
+__host__ __device__ inline size_t vptq_smem(int b, int rb, int rc) {
+  const size_t main = ((size_t)16 << b) > (size_t)RED_BYTES ? ((size_t)16 << b) : (size_t)RED_BYTES;
+  return main + (rb ? ((size_t)rc * 16 << rb) : 0);
+}
+
+// Launch geometry: grid = T * cpt CTAs (rounded up to whole clusters).
+template <typename XT, int B, int RB, int GT, bool ROLL>
 int launch_one(const void* x, const int32_t* idx, const void* cb, int kc, const int32_t* ridx, const void* rcb, int kr,
-               const void* scale, const void* bias, void* out, float* ws, int* counters, int N, int K, int IW, int RW,
-               int ctas, int cl, cudaStream_t stream) {
+               int rc, const void* scale, const void* bias, void* out, float* ws, int* counters, int N, int K, int IW,
+               int RW, int cpt, int cl, int mode, cudaStream_t stream) {
   const int NG = N / 8, T = (NG + 32 * GT - 1) / (32 * GT);
-  const long total = (long)T * K;
-  const size_t smem = (size_t)kc * 16 + (size_t)(RB ? kr : 0) * 128 + (size_t)WARPS * 512 * 4;
-  auto kern = vptq_gemv_kernel<XT, B, RB, GT>;
+  const size_t smem = vptq_smem(B, RB, rc);
+  auto kern = vptq_gemv_kernel<XT, B, RB, GT, ROLL>;
   static size_t configured = 0;  // per instantiation
   if (smem > configured) {
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (e != cudaSuccess) return static_cast<int>(e);
     configured = smem;
   }
-  int per = static_cast<int>((total + ctas - 1) / ctas);
-  int grid = static_cast<int>((total + per - 1) / per);
+  if (cl < 1 || cl > 8 || cpt < 1) return -3;
+  const int grid = (T * cpt + cl - 1) / cl * cl;
   cudaLaunchConfig_t cfg = {};
   cudaLaunchAttribute attr[1];
+  cfg.gridDim = dim3(grid);
   cfg.blockDim = dim3(THREADS);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   if (cl > 1) {
-    // Whole clusters only, and no more than fit at once (one CTA per SM; a GPC may not hold a
-    // multiple of cl SMs), so that every CTA runs in the first and only wave.
     attr[0].id = cudaLaunchAttributeClusterDimension;
     attr[0].val.clusterDim.x = cl;
     attr[0].val.clusterDim.y = 1;
     attr[0].val.clusterDim.z = 1;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    cfg.gridDim = dim3((grid + cl - 1) / cl * cl);
-    static int fits[9] = {0};  // per instantiation and cluster size (same smem every call: k, kr fixed per layer type)
-    static size_t fits_smem[9] = {0};
-    if (cl > 8) return -2;
-    if (fits_smem[cl] != smem) {
-      int max_clusters = 0;
-      cudaError_t e = cudaOccupancyMaxActiveClusters(&max_clusters, kern, &cfg);
-      if (e != cudaSuccess) return static_cast<int>(e);
-      fits[cl] = max_clusters;
-      fits_smem[cl] = smem;
-    }
-    const int max_clusters = fits[cl];
-    if (max_clusters < 1) return -2;
-    grid = min(grid, max_clusters * cl);
-    per = static_cast<int>((total + grid - 1) / grid);
-    grid = static_cast<int>((total + per - 1) / per);
-    grid = (grid + cl - 1) / cl * cl;  // trailing CTAs without work still load their share of the codebook
   }
-  cfg.gridDim = dim3(grid);
   cudaError_t e = cudaLaunchKernelEx(&cfg, kern, static_cast<const uint16_t*>(x), idx, static_cast<const uint4*>(cb), kc, ridx,
-                                     static_cast<const uint4*>(rcb), kr, static_cast<const __half*>(scale),
-                                     static_cast<const __half*>(bias), static_cast<XT*>(out), ws, counters, N, K, IW, RW, per,
-                                     cl);
+                                     static_cast<const uint4*>(rcb), kr, rc, static_cast<const __half*>(scale),
+                                     static_cast<const __half*>(bias), static_cast<XT*>(out), ws, counters, N, K, IW, RW, cpt,
+                                     cl, mode);
   if (e != cudaSuccess) return static_cast<int>(e);
   return static_cast<int>(cudaGetLastError());
 }
 
+#define VPTQ_ARGS x, idx, cb, kc, ridx, rcb, kr, rc, scale, bias, out, ws, counters, N, K, IW, RW, cpt, cl, mode, stream
+#define VPTQ_PARAMS const void *x, const int32_t *idx, const void *cb, int kc, const int32_t *ridx, const void *rcb, int kr, \
+    int rc, const void *scale, const void *bias, void *out, float *ws, int *counters, int N, int K, int IW, int RW, int cpt, \
+    int cl, int mode, cudaStream_t stream
+
+template <typename XT, int B, int RB, int GT>
+int by_roll(int roll, VPTQ_PARAMS) {
+  if (roll != VPTQ_ROLL) return -1;  // one loop form per library
+  return launch_one<XT, B, RB, GT, VPTQ_ROLL != 0>(VPTQ_ARGS);
+}
+
 template <typename XT, int B, int RB>
-int by_gt(int gt, const void* x, const int32_t* idx, const void* cb, int kc, const int32_t* ridx, const void* rcb, int kr,
-          const void* scale, const void* bias, void* out, float* ws, int* counters, int N, int K, int IW, int RW, int ctas,
-          int cl, cudaStream_t stream) {
-  if (gt == 4) return launch_one<XT, B, RB, 4>(x, idx, cb, kc, ridx, rcb, kr, scale, bias, out, ws, counters, N, K, IW, RW, ctas, cl, stream);
-  if (gt == 8) return launch_one<XT, B, RB, 8>(x, idx, cb, kc, ridx, rcb, kr, scale, bias, out, ws, counters, N, K, IW, RW, ctas, cl, stream);
+int by_gt(int gt, int roll, VPTQ_PARAMS) {
+  if (gt == 4) return by_roll<XT, B, RB, 4>(roll, VPTQ_ARGS);
+  if (gt == 8) return by_roll<XT, B, RB, 8>(roll, VPTQ_ARGS);
   return -1;
 }
 
 template <typename XT, int B>
-int by_rb(int rb, int gt, const void* x, const int32_t* idx, const void* cb, int kc, const int32_t* ridx, const void* rcb,
-          int kr, const void* scale, const void* bias, void* out, float* ws, int* counters, int N, int K, int IW, int RW,
-          int ctas, int cl, cudaStream_t stream) {
+int by_rb(int rb, int gt, int roll, VPTQ_PARAMS) {
   switch (rb) {
-    case 0: return by_gt<XT, B, 0>(gt, x, idx, cb, kc, ridx, rcb, kr, scale, bias, out, ws, counters, N, K, IW, RW, ctas, cl, stream);
-    case 8: return by_gt<XT, B, 8>(gt, x, idx, cb, kc, ridx, rcb, kr, scale, bias, out, ws, counters, N, K, IW, RW, ctas, cl, stream);
-    case 9: return by_gt<XT, B, 9>(gt, x, idx, cb, kc, ridx, rcb, kr, scale, bias, out, ws, counters, N, K, IW, RW, ctas, cl, stream);
+    case 0: return by_gt<XT, B, 0>(gt, roll, VPTQ_ARGS);
+    case 8: return by_gt<XT, B, 8>(gt, roll, VPTQ_ARGS);
+    case 9: return by_gt<XT, B, 9>(gt, roll, VPTQ_ARGS);
   }
   return -1;
 }
 
 template <typename XT>
-int by_b(int b, int rb, int gt, const void* x, const int32_t* idx, const void* cb, int kc, const int32_t* ridx,
-         const void* rcb, int kr, const void* scale, const void* bias, void* out, float* ws, int* counters, int N, int K,
-         int IW, int RW, int ctas, int cl, cudaStream_t stream) {
+int by_b(int b, int rb, int gt, int roll, VPTQ_PARAMS) {
   switch (b) {
-    case 12: return by_rb<XT, 12>(rb, gt, x, idx, cb, kc, ridx, rcb, kr, scale, bias, out, ws, counters, N, K, IW, RW, ctas, cl, stream);
-    case 13: return by_rb<XT, 13>(rb, gt, x, idx, cb, kc, ridx, rcb, kr, scale, bias, out, ws, counters, N, K, IW, RW, ctas, cl, stream);
+    case 12: return by_rb<XT, 12>(rb, gt, roll, VPTQ_ARGS);
+    case 13: return by_rb<XT, 13>(rb, gt, roll, VPTQ_ARGS);
   }
   return -1;
 }
@@ -454,25 +499,30 @@ int by_b(int b, int rb, int gt, const void* x, const int32_t* idx, const void* c
 
 extern "C" {
 
-// Workspace floats the launcher needs: (ctas + tiles) partial slots of (32*gt*8 + 4) floats.
-long vptq_gemv_workspace_floats(int N, int gt, int ctas) {
+// Workspace floats: one partial of (32*gt*8 + 4) floats per CTA.
+long vptq_gemv_workspace_floats(int N, int gt, int cpt) {
   const int T = (N / 8 + 32 * gt - 1) / (32 * gt);
-  return (long)(ctas + T) * (32 * gt * 8 + 4);
+  return (long)(T * cpt + 8) * (32 * gt * 8 + 4);
 }
 
-// Shared-memory bytes per CTA.
-long vptq_gemv_smem_bytes(int kc, int kr) { return (long)kc * 16 + (long)kr * 128 + (long)WARPS * 512 * 4; }
+// The build's variant: warps * 10 + roll.
+int vptq_gemv_variant() { return VPTQ_WARPS * 10 + VPTQ_ROLL; }
 
-// Returns 0, a cudaError_t, -1 for a (bits, residual bits, gt) combination that is not compiled, or -2
-// when no cluster of `cl` CTAs fits. cl = 1: plain launch; 2..8: codebook multicast within clusters.
+// Dynamic shared-memory bytes per CTA for b-bit main and rb-bit residual indices (rb = 0: none).
+long vptq_gemv_smem_bytes(int b, int rb, int rc) { return (long)vptq_smem(b, rb, rc); }
+
+// Returns 0, a cudaError_t, -1 for a (bits, residual bits, gt) combination that is not compiled, or
+// -3 for a bad cluster size / cpt. cpt: CTAs per tile (split of K). cl = 1: plain launch; 2..8:
+// main-codebook multicast within clusters. rc: residual copies, 8 or 4. roll: rolled main loop.
+// mode: 0 = compute; 1 = codebook load only, 2 = launch only (timing probes, no output).
 // counters: at least `tiles` int32 zeros (left at zero on return).
 int vptq_gemv(const void* x, int x_is_bf16, const int32_t* idx, const void* cb, int kc, int b, const int32_t* ridx,
-              const void* rcb, int kr, int rb, const void* scale, const void* bias, void* out, float* ws, int* counters,
-              int N, int K, int IW, int RW, int gt, int ctas, int cl, void* stream) {
-  cudaStream_t s = static_cast<cudaStream_t>(stream);
-  if (x_is_bf16)
-    return by_b<__nv_bfloat16>(b, rb, gt, x, idx, cb, kc, ridx, rcb, kr, scale, bias, out, ws, counters, N, K, IW, RW, ctas, cl, s);
-  return by_b<__half>(b, rb, gt, x, idx, cb, kc, ridx, rcb, kr, scale, bias, out, ws, counters, N, K, IW, RW, ctas, cl, s);
+              const void* rcb, int kr, int rb, int rc, const void* scale, const void* bias, void* out, float* ws,
+              int* counters, int N, int K, int IW, int RW, int gt, int cpt, int cl, int roll, int mode, void* stream_) {
+  cudaStream_t stream = static_cast<cudaStream_t>(stream_);
+  if (rc != 4 && rc != 8) return -3;
+  if (x_is_bf16) return by_b<__nv_bfloat16>(b, rb, gt, roll, VPTQ_ARGS);
+  return by_b<__half>(b, rb, gt, roll, VPTQ_ARGS);
 }
 
 }  // extern "C"
