@@ -21,6 +21,8 @@ from compress import __version__
 from compress.errors import CompressError
 
 SPARSE24_FILE = "sparse24.safetensors"
+INT4_FILE = "w4a16.safetensors"
+PACK_FILES = (SPARSE24_FILE, INT4_FILE)  # kernel packs beside the model's own weights
 
 
 def read_config(folder: Path) -> dict:
@@ -123,7 +125,7 @@ def _stored_tensors(folder: Path) -> dict[str, str]:
 
     index = {}
     for f in sorted(Path(folder).glob("*.safetensors")):
-        if f.name == SPARSE24_FILE:
+        if f.name in PACK_FILES:
             continue
         with safe_open(str(f), "pt") as sf:
             for k in sf.keys():
@@ -146,6 +148,84 @@ def verify_sparse24_pack(folder: Path) -> int:
             back = unpack_sparse24(f.get_tensor(f"{layer}.values"), f.get_tensor(f"{layer}.meta"), tuple(dense.shape))
             if not torch.equal(back, dense):
                 raise CompressError(f"{folder}: sparse24 pack of {layer} does not unpack to the stored weight: the checkpoint is corrupt")
+    return len(layers)
+
+
+def int4_layers(folder: Path) -> dict[str, dict]:
+    """Every int4 group-quantized layer of a compressed-tensors checkpoint -> {group_size, symmetric}."""
+    from compress.runtime.loader import build_skeleton, linear_modules
+    from compress.runtime.spec import plan_layers
+
+    config = read_config(folder)
+    qcfg = config.get("quantization_config")
+    if not qcfg or qcfg.get("quant_method") != "compressed-tensors":
+        return {}
+    plan = plan_layers(qcfg, linear_modules(build_skeleton(config, torch.bfloat16)))
+    return {
+        name: {"group_size": int(spec.args["group_size"]), "symmetric": bool(spec.args.get("symmetric", True))}
+        for name, spec in plan.items()
+        if spec.format == "compressed-tensors.w4a16"
+    }
+
+
+def write_int4_pack(folder: Path) -> dict:
+    """Repack the checkpoint's int4 layers (compressed-tensors pack-quantized) into the compress.int4
+    layout the W4A16 kernels read (compress/packing/int4.py), in w4a16.safetensors beside the model:
+    the runtime then loads them with no repacking, while transformers and vLLM keep reading the
+    standard tensors."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    from compress.packing import int4 as int4_fmt
+
+    layers = int4_layers(folder)
+    unsupported = {n: a["group_size"] for n, a in layers.items() if a["group_size"] not in int4_fmt.GROUP_SIZES}
+    if unsupported:
+        name, g = next(iter(unsupported.items()))
+        raise CompressError(
+            f"--pack w4a16: layer {name} has group size {g}; the W4A16 kernel takes {int4_fmt.GROUP_SIZES}: "
+            "change the recipe's group_size or drop --pack w4a16"
+        )
+    stored = _stored_tensors(folder)
+    tensors: dict[str, torch.Tensor] = {}
+    for layer, args in layers.items():
+        with safe_open(stored[f"{layer}.weight_packed"], "pt") as f:
+            get = lambda key: f.get_tensor(f"{layer}.{key}") if f"{layer}.{key}" in f.keys() else None  # noqa: E731
+            packed = int4_fmt.from_compressed_tensors(
+                get("weight_packed"), get("weight_scale"), get("weight_shape"),
+                None if args["symmetric"] else get("weight_zero_point"), group_size=args["group_size"],
+            )
+        for key, t in packed.items():
+            tensors[f"{layer}.{key}"] = t.contiguous()
+    save_file(tensors, str(Path(folder) / INT4_FILE), metadata={"format": int4_fmt.FORMAT, "version": str(int4_fmt.VERSION)})
+    return {"format": int4_fmt.FORMAT, "version": int4_fmt.VERSION, "file": INT4_FILE, "layers": layers}
+
+
+def verify_int4_pack(folder: Path) -> int:
+    """Unpack every layer of w4a16.safetensors and compare its integers, scales and zero points with the
+    compressed-tensors tensors they came from, exactly. Returns the number of layers checked."""
+    from safetensors import safe_open
+
+    from compress.packing import int4 as int4_fmt
+
+    stored = _stored_tensors(folder)
+    layers = read_config(folder).get("compress", {}).get("packs", {}).get("w4a16", {}).get("layers", {})
+    with safe_open(str(Path(folder) / INT4_FILE), "pt") as f:
+        for layer, args in layers.items():
+            q = stored_weight(folder, layer, stored).to(torch.int16)  # signed q in [-8, 7]
+            u = int4_fmt.unpack_int4(f.get_tensor(f"{layer}.qweight"), q.shape[1]).to(torch.int16)
+            with safe_open(stored[f"{layer}.weight_scale"], "pt") as g:
+                scale = g.get_tensor(f"{layer}.weight_scale")
+            ok = torch.equal(u, q + 8) and torch.equal(f.get_tensor(f"{layer}.scales"), scale.t())
+            if not args["symmetric"]:
+                from compressed_tensors.compressors.pack_quantized.helpers import unpack_from_int32
+
+                with safe_open(stored[f"{layer}.weight_zero_point"], "pt") as g:
+                    zp = g.get_tensor(f"{layer}.weight_zero_point")
+                zp = unpack_from_int32(zp, 4, torch.Size([q.shape[0], scale.shape[1]]), packed_dim=0)
+                ok = ok and torch.equal(f.get_tensor(f"{layer}.zeros").to(torch.int16), zp.t().to(torch.int16) + 8)
+            if not ok:
+                raise CompressError(f"{folder}: w4a16 pack of {layer} does not match the stored int4 weights: the checkpoint is corrupt")
     return len(layers)
 
 

@@ -76,7 +76,7 @@ def run(
     max_ppl_increase: Annotated[Optional[float], typer.Option(help="Gate: fail (exit 2) if perplexity rises more than this many percent.")] = None,
     text_column: Annotated[Optional[str], typer.Option(help="Column of a .jsonl/.parquet dataset holding the text (default: text, or chat messages).")] = None,
     skip_unfit_layers: Annotated[bool, typer.Option("--skip-unfit-layers", help="Leave layers whose shape does not fit the scheme uncompressed instead of failing.")] = False,
-    pack: Annotated[Optional[list[str]], typer.Option(help="Extra kernel packing to write beside the standard checkpoint (sparse24).")] = None,
+    pack: Annotated[Optional[list[str]], typer.Option(help="Also write the layout a bundled kernel reads, beside the standard checkpoint: sparse24 (2:4 recipes), w4a16 (int4 recipes). Repeatable.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the run summary as JSON on stdout.")] = False,
 ):
     """Compress a model with a recipe, write the checkpoint atomically, and gate it on perplexity.

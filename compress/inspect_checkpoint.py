@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from compress.checkpoint import SPARSE24_FILE, checkpoint_format, read_config
+from compress.checkpoint import PACK_FILES, checkpoint_format, read_config
 
 WEIGHT_KEYS = ("weight", "weight_packed", "vptq_indices")
 
@@ -16,7 +16,7 @@ def _headers(folder: Path) -> dict[str, tuple[str, tuple[int, ...], str]]:
 
     out = {}
     for f in sorted(Path(folder).glob("*.safetensors")):
-        if f.name == SPARSE24_FILE:
+        if f.name in PACK_FILES:
             continue
         with safe_open(str(f), "pt") as sf:
             for k in sf.keys():

@@ -56,6 +56,9 @@ class RunResult:
     passed: bool
 
 
+KERNEL_PACKS = ("sparse24", "w4a16")  # --pack names: the kernel whose layout is written beside the checkpoint
+
+
 class GateFailed(CompressError):
     """The compressed model's perplexity rose more than allowed."""
 
@@ -97,9 +100,14 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunResult:
             f"--num-samples 0 with {', '.join(needy)}: these need calibration data (data-free they write a "
             "NaN or garbage model); give --num-samples >= 1"
         )
-    unknown_pack = [p for p in pack if p not in ("sparse24",)]
+    unknown_pack = [p for p in pack if p not in KERNEL_PACKS]
     if unknown_pack:
-        raise CompressError(f"--pack {unknown_pack[0]}: unknown packing; use one of: sparse24")
+        raise CompressError(f"--pack {unknown_pack[0]}: unknown packing; use one of: {', '.join(KERNEL_PACKS)}")
+    if "w4a16" in pack and not _quantizes_int4(recipe):
+        raise CompressError(
+            f"--pack w4a16 but recipe {recipe.name} has no int4 weight quantization: drop the packing or use a "
+            "W4A16 recipe (e.g. w4a16_gptq)"
+        )
     if "sparse24" in pack and not any(str(m.args.get("mask_structure")) == "2:4" for m in recipe.modifiers):
         raise CompressError(
             f"--pack sparse24 but recipe {recipe.name} has no 2:4 sparsity stage: drop the packing or add "
@@ -179,6 +187,8 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunResult:
                 save_checkpoint(model, tokenizer, tmp, source_dtype, meta, compressed)
             if "sparse24" in pack:
                 _add_sparse24(tmp, sparse_stats["layers"])
+            if "w4a16" in pack:
+                _add_int4_pack(tmp)
             _write_recipe_files(tmp, recipe)
         del model
         gc.collect()
@@ -339,6 +349,33 @@ def _add_sparse24(folder: Path, layers: list[str]) -> None:
     config["compress"].setdefault("sparsity", {})["packed"] = packed
     cfg_path.write_text(json.dumps(config, indent=2) + "\n")
     verify_sparse24_pack(folder)
+
+
+def _quantizes_int4(recipe: Recipe) -> bool:
+    """Whether any llmcompressor modifier of the recipe writes int4 weights (scheme or config group)."""
+    for spec in recipe.modifiers:
+        scheme = spec.args.get("scheme")
+        schemes = list(scheme) if isinstance(scheme, (list, dict)) else [scheme] if scheme else []
+        if any(str(x).upper().startswith("W4A16") for x in schemes):
+            return True
+        for group in (spec.args.get("config_groups") or {}).values():
+            if int((group.get("weights") or {}).get("num_bits", 0)) == 4:
+                return True
+    return False
+
+
+def _add_int4_pack(folder: Path) -> None:
+    """w4a16.safetensors beside the compressed-tensors weights, verified exactly against them."""
+    import json
+
+    from compress.checkpoint import verify_int4_pack, write_int4_pack
+
+    packed = write_int4_pack(folder)
+    cfg_path = folder / "config.json"
+    config = json.loads(cfg_path.read_text())
+    config["compress"].setdefault("packs", {})["w4a16"] = packed
+    cfg_path.write_text(json.dumps(config, indent=2) + "\n")
+    verify_int4_pack(folder)
 
 
 def _write_recipe_files(folder: Path, recipe: Recipe) -> None:

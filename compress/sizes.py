@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from compress.checkpoint import SPARSE24_FILE
+from compress.checkpoint import PACK_FILES
 
 
 def model_size_16bit(model) -> int:
@@ -19,4 +19,4 @@ def model_size_16bit(model) -> int:
 
 def checkpoint_bytes(folder: Path) -> int:
     """Bytes of the weight files a serving stack loads (extra kernel packings are not counted)."""
-    return sum(f.stat().st_size for f in Path(folder).glob("*.safetensors") if f.name != SPARSE24_FILE)
+    return sum(f.stat().st_size for f in Path(folder).glob("*.safetensors") if f.name not in PACK_FILES)

@@ -52,7 +52,7 @@ def test_every_recipe_end_to_end(recipe, stories_dir, tmp_path):
     group size (64), so those recipes run with --skip-unfit-layers, which keeps the five down_proj
     layers in 16-bit and lists them in the report."""
     out = tmp_path / recipe
-    extra = ["--skip-unfit-layers"] if recipe.startswith("w4a16") else []
+    extra = ["--skip-unfit-layers", "--pack", "w4a16"] if recipe.startswith("w4a16") else []
     report = _run(recipe, stories_dir, out, *extra)
     assert (out / "report.md").is_file() and (out / "report.json").is_file()
     assert report["ppl_after"]["ppl"] > 1 and report["ppl_before"]["windows"] == 4
@@ -68,6 +68,28 @@ def test_every_recipe_end_to_end(recipe, stories_dir, tmp_path):
         assert config["quantization_config"]["quant_method"] == "compressed-tensors"
     if "sparse" in recipe:
         _check_24(out, config)
+    if recipe.startswith("w4a16"):
+        _check_int4_pack(out, config)
+
+
+def _check_int4_pack(out, config):
+    """The W4A16 kernel layout written beside the checkpoint (--pack w4a16) lists every int4 layer and
+    holds exactly the stored integers and scales; a flipped nibble is caught."""
+    from safetensors.torch import load_file, save_file
+
+    from compress.checkpoint import INT4_FILE, verify_int4_pack
+    from compress.errors import CompressError
+
+    pack = config["compress"]["packs"]["w4a16"]
+    assert pack["format"] == "compress.int4" and pack["file"] == INT4_FILE
+    assert len(pack["layers"]) == 30  # 35 linears minus the 5 skipped down_proj
+    assert verify_int4_pack(out) == 30
+    tensors = load_file(out / INT4_FILE)
+    key = "model.layers.2.mlp.up_proj.qweight"
+    tensors[key][0, 0] ^= 1
+    save_file(tensors, out / INT4_FILE)
+    with pytest.raises(CompressError, match="up_proj does not match"):
+        verify_int4_pack(out)
 
 
 def _check_24(out, config):
@@ -144,6 +166,7 @@ def test_gate_failure_exits_2_and_keeps_output_path_clean(stories_dir, tmp_path)
         (["w8a8_smooth_gptq", "--dataset", "tinystories", "--eval-dataset", "tinystories"], "is the evaluation text"),
         (["w8a8_smooth_gptq", "--pack", "marlin"], "--pack marlin: unknown packing"),
         (["w8a8_smooth_gptq", "--pack", "sparse24"], "has no 2:4 sparsity stage"),
+        (["w8a8_smooth_gptq", "--pack", "w4a16"], "has no int4 weight quantization"),
         (["w8a8_smooth_gptq", "--seq-len", "1"], "--seq-len must be at least 2"),
         (["nosuch"], "recipe 'nosuch' not found"),
     ],
