@@ -1,6 +1,11 @@
 """Issue-2 acceptance table: every bundled recipe through `compress run` and through llmcompressor's
 own `oneshot` used directly (same recipe, same calibration documents and sizes, same perplexity
-protocol), on one model. Writes recipes.md / recipes.json to --out.
+protocol), on one model, for one or several seeds. Writes recipes.md / recipes.json to --out.
+
+Fairness: both arms run in one process, so before the table one untimed warm-up runs the `original`
+recipe through both (imports, CUDA/cuBLAS start-up and the model file's page cache are then paid by
+neither timed arm). The seed drives our window sampling (`--seed`) and, on the oneshot side, the torch
+RNG that llmcompressor's RandomSampler draws its documents with (`torch.manual_seed(seed)`).
 
 The direct-oneshot arm is what a user of llmcompressor would write: a `datasets.Dataset` with a
 "text" column, `num_calibration_samples`, `max_seq_length`, one `oneshot` call for the whole
@@ -8,6 +13,7 @@ recipe, `save_pretrained(save_compressed=True)`; its checkpoint is then scored b
 alone. Wall time compares the same work on both sides: load + data + compression + save.
 
     python bench/recipes_vs_oneshot.py --model /tmp/smol/SmolLM2-135M-Instruct.Q4_1.gguf --out DIR
+    python bench/recipes_vs_oneshot.py --merge DIR_A/recipes.json DIR_B/recipes.json --out DIR
 """
 from __future__ import annotations
 
@@ -21,7 +27,8 @@ from pathlib import Path
 import torch
 
 
-def oneshot_direct(model_spec: str, recipe_name: str, docs: list[str], num_samples: int, seq_len: int, out: Path, device: str):
+def oneshot_direct(model_spec: str, recipe_name: str, docs: list[str], num_samples: int, seq_len: int, out: Path, device: str,
+                   seed: int = 0):
     from datasets import Dataset
     from llmcompressor import oneshot
 
@@ -38,6 +45,7 @@ def oneshot_direct(model_spec: str, recipe_name: str, docs: list[str], num_sampl
     model = load_model(src, device)
     if recipe.llmcompressor_dict:
         ds = Dataset.from_list([{"text": d} for d in docs])
+        torch.manual_seed(seed)  # llmcompressor's RandomSampler draws the calibration documents from it
         with compat.config_folder_for_oneshot(model):
             oneshot(model=model, recipe=recipe.llmcompressor_yaml(), dataset=ds, processor=tok,
                     num_calibration_samples=num_samples, max_seq_length=seq_len)
@@ -61,21 +69,32 @@ def oneshot_direct(model_spec: str, recipe_name: str, docs: list[str], num_sampl
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", required=True)
+    ap.add_argument("--model")
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--recipes", nargs="*", default=None)
+    ap.add_argument("--seeds", nargs="*", type=int, default=[0])
     ap.add_argument("--num-samples", type=int, default=128)
     ap.add_argument("--seq-len", type=int, default=512)
     ap.add_argument("--eval-seq-len", type=int, default=2048)
     ap.add_argument("--max-windows", type=int, default=None)
     ap.add_argument("--device", default="auto")
+    ap.add_argument("--no-warmup", action="store_true")
+    ap.add_argument("--merge", nargs="*", type=Path, help="merge these recipes.json files into --out (no runs)")
     args = ap.parse_args()
+    if args.merge:
+        docs = [json.loads(p.read_text()) for p in args.merge]
+        merged = {"versions": docs[-1]["versions"], "args": docs[-1]["args"], "sources": [str(p) for p in args.merge],
+                  "rows": [r for d in docs for r in d["rows"]]}
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "recipes.json").write_text(json.dumps(merged, indent=2))
+        (args.out / "recipes.md").write_text(render(merged))
+        print(render(merged))
+        return
+    if not args.model:
+        ap.error("--model is required unless --merge is given")
 
     from calibration import load_documents
-    from compress.checkpoint import load_checkpoint
-    from compress.evaluation import load_eval_text
     from compress.model_source import resolve_device
-    from compress.pipeline import RunOptions, _ppl, run
     from compress.progress import Progress
     from compress.recipe import bundled_recipe_names
     from compress.report import versions
@@ -83,57 +102,96 @@ def main():
     device = resolve_device(args.device)
     recipes = args.recipes or [n for n in bundled_recipe_names() if not n.startswith("vptq")]
     args.out.mkdir(parents=True, exist_ok=True)
-    work = args.out / "checkpoints"
     docs = load_documents("c4")
-    rows = []
     progress = Progress(enabled=True)
+    if not args.no_warmup:
+        measure(args, "original", 0, docs, device, progress)
+    rows = []
     for name in recipes:
-        ours_dir, theirs_dir = work / f"compress-{name}", work / f"oneshot-{name}"
-        res = run(RunOptions(name, args.model, "c4", args.num_samples, args.seq_len, ours_dir, 0, device, True,
-                             "wikitext2", args.eval_seq_len, args.max_windows), progress)
-        r = res.report
-        t = r["timings_s"]
-        ours_wall = sum(v for k, v in t.items() if "perplexity" not in k)
-        shutil.rmtree(theirs_dir, ignore_errors=True)
-        their_wall, violations = oneshot_direct(args.model, name, docs.docs, args.num_samples, args.seq_len, theirs_dir, device)
-        model = load_checkpoint(theirs_dir, device)
-        from transformers import AutoTokenizer
-
-        text = load_eval_text("wikitext2", AutoTokenizer.from_pretrained(theirs_dir))
-        theirs = _ppl(model, text, args.eval_seq_len, args.max_windows, progress, f"oneshot {name}")
-        del model
-        rows.append({
-            "recipe": name, "bits_per_weight": r["bits_per_weight"], "ppl_original": r["ppl_before"]["ppl"],
-            "ppl_compress": r["ppl_after"]["ppl"], "ppl_oneshot": theirs.ppl, "windows": theirs.windows,
-            "wall_compress_s": round(ours_wall, 1), "wall_oneshot_s": round(their_wall, 1),
-            "oneshot_24_violations": violations,
-            "compress_24_refilled": (r.get("sparsity") or {}).get("refilled_by_later_stages"),
-        })
-        doc = {"versions": versions(), "args": vars(args) | {"out": str(args.out)}, "rows": rows}
-        (args.out / "recipes.json").write_text(json.dumps(doc, indent=2, default=str))
-        (args.out / "recipes.md").write_text(render(json.loads(json.dumps(doc, default=str))))
-        shutil.rmtree(work, ignore_errors=True)
+        for seed in args.seeds:
+            rows.append(measure(args, name, seed, docs, device, progress))
+            doc = {"versions": versions(), "args": vars(args) | {"out": str(args.out)}, "rows": rows}
+            (args.out / "recipes.json").write_text(json.dumps(doc, indent=2, default=str))
+            (args.out / "recipes.md").write_text(render(json.loads(json.dumps(doc, default=str))))
     print(render(json.loads((args.out / "recipes.json").read_text())))
 
 
+def measure(args, name: str, seed: int, docs, device: str, progress) -> dict:
+    """One recipe, one seed, both arms: ours through `run`, then llmcompressor's `oneshot` directly."""
+    from transformers import AutoTokenizer
+
+    from compress.checkpoint import load_checkpoint
+    from compress.evaluation import load_eval_text
+    from compress.pipeline import RunOptions, _ppl, run
+    from compress.report import versions
+
+    work = args.out / "checkpoints"
+    ours_dir, theirs_dir = work / f"compress-{name}", work / f"oneshot-{name}"
+    res = run(RunOptions(name, args.model, "c4", args.num_samples, args.seq_len, ours_dir, seed, device, True,
+                         "wikitext2", args.eval_seq_len, args.max_windows), progress)
+    r = res.report
+    ours_wall = sum(v for k, v in r["timings_s"].items() if "perplexity" not in k)
+    shutil.rmtree(theirs_dir, ignore_errors=True)
+    their_wall, violations = oneshot_direct(args.model, name, docs.docs, args.num_samples, args.seq_len, theirs_dir,
+                                            device, seed)
+    model = load_checkpoint(theirs_dir, device)
+    text = load_eval_text("wikitext2", AutoTokenizer.from_pretrained(theirs_dir))
+    theirs = _ppl(model, text, args.eval_seq_len, args.max_windows, progress, f"oneshot {name}")
+    del model
+    shutil.rmtree(work, ignore_errors=True)
+    return {
+        "recipe": name, "seed": seed, "bits_per_weight": r["bits_per_weight"], "ppl_original": r["ppl_before"]["ppl"],
+        "ppl_compress": r["ppl_after"]["ppl"], "ppl_oneshot": theirs.ppl, "windows": theirs.windows,
+        "wall_compress_s": round(ours_wall, 1), "wall_oneshot_s": round(their_wall, 1),
+        "timings_compress_s": r["timings_s"],
+        "calibration_tokens_compress": (r.get("calibration") or {}).get("tokens"),
+        "oneshot_24_violations": violations,
+        "compress_24_refilled": (r.get("sparsity") or {}).get("refilled_by_later_stages"),
+        "device": r.get("device"), "gpu": versions().get("gpu"),
+    }
+
+
 def render(doc: dict) -> str:
-    """recipes.md from recipes.json (written after every recipe, so a cut run still has its table)."""
+    """recipes.md from recipes.json (written after every run, so a cut run still has its table). With
+    several seeds a recipe gets one row per seed and a mean row; wall ratio = sum(compress) / sum(oneshot)."""
+    import statistics
+
     args, rows, v = doc["args"], doc["rows"], doc["versions"]
+    seeds = sorted({x.get("seed", 0) for x in rows})
     lines = [
         f"Model `{args['model']}`, device {v.get('gpu', 'cpu')} (torch {v['torch']}, llmcompressor {v['llmcompressor']}); "
-        f"calibration c4 sample, {args['num_samples']} x {args['seq_len']} tokens, seed 0; perplexity WikiText-2 raw test, "
-        f"seq-len {args['eval_seq_len']}, non-overlapping windows ({rows[0]['windows'] if rows else 0} windows).",
+        f"calibration c4 sample, {args['num_samples']} x {args['seq_len']} tokens, seeds {', '.join(map(str, seeds))}; "
+        f"perplexity WikiText-2 raw test, seq-len {args['eval_seq_len']}, non-overlapping windows "
+        f"({rows[0]['windows'] if rows else 0} windows).",
         "",
-        "| recipe | bits/weight | PPL compress | PPL oneshot | compress - oneshot | wall compress (s) | wall oneshot (s) | wall ratio | 2:4 after oneshot |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| recipe | seed | bits/weight | PPL compress | PPL oneshot | compress - oneshot | wall compress (s) | wall oneshot (s) | wall ratio | 2:4 after oneshot |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
+
+    def sparse(x):
+        n = x.get("oneshot_24_violations")
+        return "-" if n is None else ("kept" if n == 0 else f"broken ({n} groups)")
+
+    by_recipe: dict[str, list[dict]] = {}
     for x in rows:
-        sparse = "-" if x["oneshot_24_violations"] is None else ("kept" if x["oneshot_24_violations"] == 0 else f"broken ({x['oneshot_24_violations']} groups)")
-        lines.append(
-            f"| {x['recipe']} | {x['bits_per_weight']:.2f} | {x['ppl_compress']:.3f} | {x['ppl_oneshot']:.3f} | "
-            f"{x['ppl_compress'] - x['ppl_oneshot']:+.3f} | {x['wall_compress_s']} | {x['wall_oneshot_s']} | "
-            f"{x['wall_compress_s'] / x['wall_oneshot_s']:.2f} | {sparse} |"
-        )
+        by_recipe.setdefault(x["recipe"], []).append(x)
+    for name, group in by_recipe.items():
+        for x in group:
+            lines.append(
+                f"| {name} | {x.get('seed', 0)} | {x['bits_per_weight']:.2f} | {x['ppl_compress']:.3f} | {x['ppl_oneshot']:.3f} | "
+                f"{x['ppl_compress'] - x['ppl_oneshot']:+.3f} | {x['wall_compress_s']} | {x['wall_oneshot_s']} | "
+                f"{x['wall_compress_s'] / x['wall_oneshot_s']:.2f} | {sparse(x)} |"
+            )
+        if len(group) > 1:
+            ours = [x["ppl_compress"] for x in group]
+            theirs = [x["ppl_oneshot"] for x in group]
+            wo, wt = sum(x["wall_compress_s"] for x in group), sum(x["wall_oneshot_s"] for x in group)
+            lines.append(
+                f"| **{name} mean ± std** | {len(group)} seeds | {group[0]['bits_per_weight']:.2f} | "
+                f"**{statistics.mean(ours):.3f} ± {statistics.stdev(ours):.3f}** | "
+                f"**{statistics.mean(theirs):.3f} ± {statistics.stdev(theirs):.3f}** | "
+                f"**{statistics.mean(ours) - statistics.mean(theirs):+.3f}** | {wo:.1f} | {wt:.1f} | {wo / wt:.2f} | |"
+            )
     return "\n".join(lines) + "\n"
 
 
