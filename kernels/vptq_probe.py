@@ -112,9 +112,11 @@ def main() -> None:
                 row[f"{name}_err"] = rel_err(y1, ref)
                 row[f"{name}_det"] = bool(torch.equal(y1, y2))
                 row[f"{name}_ms"] = time_ms(fn)
-            # Where the fixed cost goes: the same launch stopping after the codebook copy, and after launch.
+            # Where the fixed cost goes: the same launch stopping after the codebook copy (1), right after
+            # launch (2), and after the main loop, before the split-K tail (3).
             row["prologue_ms"] = time_ms(cuda_call(x, n, d, name="w8", mode=1))
             row["launch_ms"] = time_ms(cuda_call(x, n, d, name="w8", mode=2))
+            row["notail_ms"] = time_ms(cuda_call(x, n, d, name="w8", mode=3))
             rows.append(row)
             print(json.dumps(row), flush=True)
             del d, w
@@ -132,11 +134,12 @@ def main() -> None:
         nm, _, cl = best.partition("_cl")
         Path(args.choice).write_text(f"export COMPRESS_VPTQ_VARIANT={nm} COMPRESS_VPTQ_CLUSTER={cl or 1}\n")
     cols = [*names, "w8_cl2", "w8r_cl2"]
-    print(f"{'in':>6} {'out':>6} {'cb':>9} {'plan':>7} {'torch':>7} " + " ".join(f"{c:>7}" for c in cols) + "  prolog  launch")
+    print(f"{'in':>6} {'out':>6} {'cb':>9} {'plan':>7} {'torch':>7} " + " ".join(f"{c:>7}" for c in cols)
+          + "  prolog  launch  notail")
     for r in rows:
         print(f"{r['in']:>6} {r['out']:>6} {r['main']}/{r['res']:<4} {str(r['plan']):>7} {r['torch_ms'] * 1e3:7.1f} "
               + " ".join(f"{r[c + '_ms'] * 1e3:7.1f}" for c in cols)
-              + f" {r['prologue_ms'] * 1e3:7.1f} {r['launch_ms'] * 1e3:7.1f}")
+              + f" {r['prologue_ms'] * 1e3:7.1f} {r['launch_ms'] * 1e3:7.1f} {r['notail_ms'] * 1e3:7.1f}")
 
 
 if __name__ == "__main__":
