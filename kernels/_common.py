@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import torch
@@ -137,3 +138,36 @@ def splitk_buffers(device: torch.device, tiles: int, split: int, tile_elems: int
         locks = _LOCKS[device] = torch.zeros(MAX_TILES, dtype=torch.int32, device=device)
     ws = torch.empty(max(1, tiles * split * tile_elems) if split > 1 else 1, dtype=torch.float32, device=device)
     return ws, locks
+
+
+# --------------------------------------------------------------------------------------------------
+# Measured tile choices. `compress.bench.kernel_tune --write PATH` times the candidate configs on the GPU
+# at M in each bucket and writes {kernel: {bucket: config}}; COMPRESS_KERNEL_CONFIGS=PATH makes the
+# launchers use them instead of their built-in tables (the tables in kernels/*.py hold the values
+# measured on the H100, so on that GPU the file and the tables agree).
+M_BUCKETS = (1, 16, 64, 256)
+_TUNED: dict[str, object] = {}
+
+
+def m_bucket(m: int) -> int:
+    """The tuned bucket an M falls in: 1, 2..16, 17..64, 65+."""
+    for b in M_BUCKETS:
+        if m <= b:
+            return b
+    return M_BUCKETS[-1]
+
+
+def tuned_config(kernel: str, m: int) -> dict | None:
+    path = os.environ.get("COMPRESS_KERNEL_CONFIGS")
+    if not path:
+        return None
+    if _TUNED.get("path") != path:
+        try:
+            with open(path) as f:
+                table = json.load(f)
+        except (OSError, ValueError) as e:
+            raise CompressError(f"COMPRESS_KERNEL_CONFIGS={path} cannot be read ({e}); unset it or point it at a "
+                                "file written by `python -m compress.bench.kernel_tune --write`") from None
+        _TUNED.update(path=path, table=table)
+    cfg = _TUNED["table"].get(kernel, {}).get(str(m_bucket(m)))
+    return dict(cfg) if cfg else None

@@ -23,11 +23,13 @@ import triton.language as tl
 
 from compress.errors import CompressError
 from compress.packing.sparse24 import meta_words, unpack_sparse24
+from triton.language.extra.cuda import gdc_wait
+
 from kernels._common import (check_activation, check_device, interpreter_dot_f32, interpreting, plan_split_k, splitk_buffers,
-                             splitk_epilogue)
+                             splitk_epilogue, tuned_config)
 from kernels.w8a8 import ACT_EPS, _quantize_tile, _row_scales, quantize_per_token, quantize_per_token_ref
 
-GEMV_MAX_M = 2
+GEMV_MAX_M = 4  # the PRMT GEMV re-reads the weights per token: above ~4 tokens the tensor-core kernel wins
 
 
 @triton.jit
@@ -168,34 +170,43 @@ def _sparse24_gemv_f_kernel(
 
     acc = tl.zeros([BN, BW, 8], dtype=tl.float32)
     w_start = pid_s * WORDS_PER_SPLIT
-    g0 = w_start * 8 + offs_w[:, None] * 8 + offs_c[None, :]  # (BW, 8) group index of the first iteration
+    g = w_start * 8 + offs_w[:, None] * 8 + offs_c[None, :]  # (BW, 8) group index of the first iteration
     # Loop-carried pointers (one add per iteration instead of a 64-bit address per element).
-    v_ptrs = v_ptr + offs_n[:, None, None] * G + g0[None, :, :]
+    v_ptrs = v_ptr + offs_n[:, None, None] * G + g[None, :, :]
     m_ptrs = meta_ptr + offs_n[:, None] * MW + (w_start + offs_w)[None, :]
-    x_ptrs = x_row + 2 * g0[:, :, None] + tl.arange(0, 2)[None, None, :]  # (BW, 8, 2): 16 contiguous words per row
+    x_ptrs = x_row + 2 * g[:, :, None] + tl.arange(0, 2)[None, None, :]  # (BW, 8, 2): 16 contiguous words per row
+    # Software prefetch: the next iteration's tiles are in flight while this one computes (Triton does
+    # not pipeline loads that feed no tensor-core product).
+    g_ok = g < G
+    v = tl.load(v_ptrs, mask=n_mask[:, None, None] & g_ok[None, :, :], other=0)
+    meta = tl.load(m_ptrs, mask=n_mask[:, None] & ((w_start + offs_w) < MW)[None, :], other=0)
+    xw = tl.load(x_ptrs, mask=g_ok[:, :, None], other=0)
     for ww in range(0, WORDS_PER_SPLIT, BW):
-        g = g0 + ww * 8
-        g_ok = g < G
-        v = tl.load(v_ptrs, mask=n_mask[:, None, None] & g_ok[None, :, :], other=0)
-        meta = tl.load(m_ptrs, mask=n_mask[:, None] & ((w_start + ww + offs_w) < MW)[None, :], other=0)
-        meta = tl.broadcast_to(meta[:, :, None], [BN, BW, 8])
-        x01, x23 = tl.split(tl.load(x_ptrs, mask=g_ok[:, :, None], other=0))
-        x01 = tl.broadcast_to(x01[None, :, :], [BN, BW, 8])
-        x23 = tl.broadcast_to(x23[None, :, :], [BN, BW, 8])
         v_ptrs += BW * 8
         m_ptrs += BW
         x_ptrs += BW * 16
+        g_ok = (g + (ww + BW) * 8 < G) & (ww + BW < WORDS_PER_SPLIT)
+        v_nxt = tl.load(v_ptrs, mask=n_mask[:, None, None] & g_ok[None, :, :], other=0)
+        meta_nxt = tl.load(m_ptrs, mask=n_mask[:, None] & ((w_start + ww + BW + offs_w) < MW)[None, :]
+                           & (ww + BW < WORDS_PER_SPLIT), other=0)
+        xw_nxt = tl.load(x_ptrs, mask=g_ok[:, :, None], other=0)
+
+        mb = tl.broadcast_to(meta[:, :, None], [BN, BW, 8])
+        x01, x23 = tl.split(xw)
+        x01 = tl.broadcast_to(x01[None, :, :], [BN, BW, 8])
+        x23 = tl.broadcast_to(x23[None, :, :], [BN, BW, 8])
         if USE_ASM:
-            acc += tl.inline_asm_elementwise(_F_ASM[IS_BF16], "=f,r,r,r,r,r", [v, meta, sh, x01, x23], dtype=tl.float32,
+            acc += tl.inline_asm_elementwise(_F_ASM[IS_BF16], "=f,r,r,r,r,r", [v, mb, sh, x01, x23], dtype=tl.float32,
                                              is_pure=True, pack=1)
         else:
-            t = meta >> sh
+            t = mb >> sh
             p0 = t & 3
             p1 = (t >> 2) & 3
             xs0 = tl.where(p0 < 2, x01 >> (16 * p0), x23 >> (16 * (p0 - 2))) & 0xFFFF
             xs1 = tl.where(p1 < 2, x01 >> (16 * p1), x23 >> (16 * (p1 - 2))) & 0xFFFF
             acc += (_half_to_f32(v & 0xFFFF, IS_BF16) * _half_to_f32(xs0, IS_BF16)
                     + _half_to_f32((v >> 16) & 0xFFFF, IS_BF16) * _half_to_f32(xs1, IS_BF16))
+        v, meta, xw = v_nxt, meta_nxt, xw_nxt
 
     out = tl.sum(tl.sum(acc, axis=2), axis=1)
     splitk_epilogue(out, out_ptr + m * stride_om + offs_n, n_mask, ws_ptr, lock_ptr, tl.arange(0, BN),
@@ -230,6 +241,7 @@ def _sparse24_gemv_i_kernel(
     USE_ASM: tl.constexpr,
     BN: tl.constexpr,
     BW: tl.constexpr,
+    PDL_PREFETCH: tl.constexpr = 0,  # > 0: launched with programmatic dependent launch (see below)
 ):
     pid_n = tl.program_id(0)
     pid_s = tl.program_id(1)
@@ -243,29 +255,44 @@ def _sparse24_gemv_i_kernel(
 
     acc = tl.zeros([BN, BW, 4], dtype=tl.int32)
     w_start = pid_s * WORDS_PER_SPLIT
-    i0 = w_start * 4 + offs_w[:, None] * 4 + offs_c[None, :]  # (BW, 4) value word of the first iteration
-    v_ptrs = v_ptr + offs_n[:, None, None] * VW + i0[None, :, :]
+    i = w_start * 4 + offs_w[:, None] * 4 + offs_c[None, :]  # (BW, 4) value word of the first iteration
+    v_ptrs = v_ptr + offs_n[:, None, None] * VW + i[None, :, :]
     m_ptrs = meta_ptr + offs_n[:, None] * MW + (w_start + offs_w)[None, :]
-    x_ptrs = x_row + 2 * i0[:, :, None] + tl.arange(0, 2)[None, None, :]  # (BW, 4, 2): 8 contiguous words per row
+    x_ptrs = x_row + 2 * i[:, :, None] + tl.arange(0, 2)[None, None, :]  # (BW, 4, 2): 8 contiguous words per row
+    if PDL_PREFETCH > 0:
+        # Launched with programmatic dependent launch behind the activation quantizer: stream the first
+        # values into L2 while it runs, then wait for it before the first read of x.
+        lines = tl.minimum(w_start * 4 + tl.arange(0, PDL_PREFETCH // 128) * 32, VW - 1)  # 128-byte lines, in words
+        pf = v_ptr + tl.minimum(offs_n, N - 1)[:, None] * VW + lines[None, :]
+        tl.inline_asm_elementwise("prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [pf], dtype=tl.int32, is_pure=False,
+                                  pack=1)
+        gdc_wait()
+    i_ok = i < VW
+    v = tl.load(v_ptrs, mask=n_mask[:, None, None] & i_ok[None, :, :], other=0)
+    meta = tl.load(m_ptrs, mask=n_mask[:, None] & ((w_start + offs_w) < MW)[None, :], other=0)
+    xw = tl.load(x_ptrs, mask=i_ok[:, :, None], other=0)
     for ww in range(0, WORDS_PER_SPLIT, BW):
-        i = i0 + ww * 4
-        i_ok = i < VW
-        v = tl.load(v_ptrs, mask=n_mask[:, None, None] & i_ok[None, :, :], other=0)
-        meta = tl.load(m_ptrs, mask=n_mask[:, None] & ((w_start + ww + offs_w) < MW)[None, :], other=0)
-        meta = tl.broadcast_to(meta[:, :, None], [BN, BW, 4])
-        xe, xo = tl.split(tl.load(x_ptrs, mask=i_ok[:, :, None], other=0))
-        xe = tl.broadcast_to(xe[None, :, :], [BN, BW, 4])
-        xo = tl.broadcast_to(xo[None, :, :], [BN, BW, 4])
         v_ptrs += BW * 4
         m_ptrs += BW
         x_ptrs += BW * 8
+        i_ok = (i + (ww + BW) * 4 < VW) & (ww + BW < WORDS_PER_SPLIT)
+        v_nxt = tl.load(v_ptrs, mask=n_mask[:, None, None] & i_ok[None, :, :], other=0)
+        meta_nxt = tl.load(m_ptrs, mask=n_mask[:, None] & ((w_start + ww + BW + offs_w) < MW)[None, :]
+                           & (ww + BW < WORDS_PER_SPLIT), other=0)
+        xw_nxt = tl.load(x_ptrs, mask=i_ok[:, :, None], other=0)
+
+        mb = tl.broadcast_to(meta[:, :, None], [BN, BW, 4])
+        xe, xo = tl.split(xw)
+        xe = tl.broadcast_to(xe[None, :, :], [BN, BW, 4])
+        xo = tl.broadcast_to(xo[None, :, :], [BN, BW, 4])
         if USE_ASM:
-            acc = tl.inline_asm_elementwise(_I_ASM, "=r,r,r,r,r,r,r", [v, meta, sh, xe, xo, acc], dtype=tl.int32,
+            acc = tl.inline_asm_elementwise(_I_ASM, "=r,r,r,r,r,r,r", [v, mb, sh, xe, xo, acc], dtype=tl.int32,
                                             is_pure=True, pack=1)
         else:
-            b = (meta >> sh) & 0xFF
+            b = (mb >> sh) & 0xFF
             acc += (_sbyte(v, 0) * _sbyte(xe, b & 3) + _sbyte(v, 1) * _sbyte(xe, (b >> 2) & 3)
                     + _sbyte(v, 2) * _sbyte(xo, (b >> 4) & 3) + _sbyte(v, 3) * _sbyte(xo, (b >> 6) & 3))
+        v, meta, xw = v_nxt, meta_nxt, xw_nxt
 
     dot = tl.sum(tl.sum(acc, axis=2), axis=1)  # exact int32
     out = dot.to(tl.float32) * tl.load(sw_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32) * tl.load(sx_ptr + m)
@@ -373,11 +400,14 @@ def _check(what, x, values, meta, w_scale):
     return n, k
 
 
-def _config(m: int) -> dict:
-    """Tiles by M. Sweep (kernel_tune, H100, CUDA graphs): M=1 gemv BN32 or BN64 /BW8/4 warps (1.06x of dense fp16);
-    the expand-to-dense tensor-core path is slow (0.25x at M=16, 0.16x at M=256)."""
+def _config(m: int, int8: bool = False) -> dict:
+    """Kernel and tiles by M (measured on the H100: bench/results/h100/kernels/NOTES.md). M=1: the PRMT
+    GEMV; above, the expand-to-dense tensor-core kernel."""
+    tuned = tuned_config("sparse24-int8" if int8 else "sparse24-fp16", m)
+    if tuned:
+        return tuned
     if m <= GEMV_MAX_M:
-        return {"kind": "gemv", "BN": 32, "BW": 8, "num_warps": 4}  # BN64 ties but spills (255 regs)
+        return {"kind": "prmt", "BN": 16, "BW": 8, "num_warps": 4, "waves": 4}
     if m <= 16:
         return {"kind": "mma", "BM": 16, "BN": 64, "BK": 128, "num_warps": 4, "num_stages": 3}
     if m <= 64:
@@ -399,7 +429,7 @@ def _launch(x, values, meta, w_scale, config: dict | None = None) -> torch.Tenso
     out = torch.empty(m, n, device=x.device, dtype=x.dtype)
     if m == 0:
         return out.reshape(*lead, n)
-    cfg = dict(config or _config(m))
+    cfg = dict(config or _config(m, int8))
     sw = w_scale.reshape(n) if int8 else values  # sw_ptr unused unless INT8
     mw = meta_words(k)
     if cfg["kind"] == "prmt" and (not int8 or k % 8 == 0):
@@ -411,11 +441,14 @@ def _launch(x, values, meta, w_scale, config: dict | None = None) -> torch.Tenso
         split = triton.cdiv(steps, per)
         ws, locks = splitk_buffers(x.device, n_tiles * m, split, cfg["BN"])
         if int8:
-            xq, sx = quantize_per_token(x2)
+            pdl = 0 if interpreting() else cfg.get("pdl", 0)
+            xq, sx = quantize_per_token(x2, early=pdl > 0)
             x32 = xq.view(torch.int32)
+            pf = 1 << (max(128, min(pdl, per * bw * 16)).bit_length() - 1) if pdl else 0  # bytes of each row's split
             _sparse24_gemv_i_kernel[(n_tiles, split, m)](
                 x32, sx, values.view(torch.int32), meta, sw, out, ws, locks, m, n, k // 8, mw, per * bw, split,
-                x32.stride(0), n, USE_ASM=not interpreting(), BN=cfg["BN"], BW=bw, num_warps=cfg["num_warps"])
+                x32.stride(0), n, USE_ASM=not interpreting(), BN=cfg["BN"], BW=bw, PDL_PREFETCH=pf,
+                num_warps=cfg["num_warps"], **({"launch_pdl": True} if pdl else {}))
         else:
             x32 = x2.view(torch.int32)
             _sparse24_gemv_f_kernel[(n_tiles, split, m)](

@@ -22,7 +22,7 @@ import triton.language as tl
 from compress.errors import CompressError
 from compress.packing.int4 import BLOCK_K, GROUP_SIZES, dequantize_int4, num_groups, padded_k, unpack_int4
 from kernels._common import (check_activation, check_device, interpreter_dot_f32, interpreting, plan_split_k, splitk_buffers,
-                             splitk_epilogue)
+                             splitk_epilogue, tuned_config)
 
 # Largest M served by the CUDA-core GEMV; above it the tensor-core kernel wins (see bench notes).
 GEMV_MAX_M = 1
@@ -344,6 +344,30 @@ def _w4a16_tc_kernel(
 
 
 @triton.jit
+def _tcx_slice(part, acc, words, zz, scale, xa, J: tl.constexpr, GROUP: tl.constexpr, ASYM: tl.constexpr,
+               IS_BF16: tl.constexpr, DOT_F32: tl.constexpr, USE_ASM: tl.constexpr):
+    """Slice J of a block: dequantize (16, BN) weights, one (BM, 16) @ (16, BN) product; at a group's end,
+    scale its partial sums into acc."""
+    xdt = xa.dtype
+    if USE_ASM:
+        if ASYM:
+            w = tl.inline_asm_elementwise(_PAIR_ASM[16 * IS_BF16 + 8 + J], "=r,r,r,r", [words, tl.broadcast_to(zz, words.shape)],
+                                          dtype=xdt, is_pure=True, pack=2)
+        else:
+            w = tl.inline_asm_elementwise(_PAIR_ASM[16 * IS_BF16 + J], "=r,r,r", [words], dtype=xdt, is_pure=True, pack=2)
+    else:  # CPU interpreter: the same exact values from plain ops
+        w = (((words >> (4 * J)) & 0xF).to(tl.float32) - (zz.to(tl.float32) - (128.0 if IS_BF16 else 1024.0))).to(xdt)
+    if DOT_F32:  # Triton's CPU interpreter multiplies bf16 bit patterns as integers
+        part = tl.dot(xa.to(tl.float32), w.to(tl.float32), part)
+    else:
+        part = tl.dot(xa, w, part)  # (BM, 16) @ (16, BN)
+    if ((J + 1) * 16) % GROUP == 0:  # group complete: scale its partial sums once
+        acc += part * scale[None, :]
+        part = tl.zeros_like(part)
+    return part, acc
+
+
+@triton.jit
 def _w4a16_tcx_kernel(
     # tensors
     x_ptr,  # (M, K) fp16/bf16
@@ -374,10 +398,12 @@ def _w4a16_tcx_kernel(
     BN: tl.constexpr,
     BM: tl.constexpr,
 ):
-    """Activations on the left of the tensor-core product (out = x @ W^T, tiles (BM, 16) @ (16, BN)): x is the
-    small operand, loaded per slice; the weights' words are moved into the right-operand register layout
-    once per 128-block (one shared-memory pass for 8 slices) and dequantized there, two per asm block. The
-    warps split N and never wait on each other inside a slice (mma.sync, no warpgroup barriers)."""
+    """Activations on the left of the tensor-core product (out = x @ W^T, tiles (BM, 16) @ (16, BN)): the
+    weights' words move into the right-operand register layout once per 128-block (one shared-memory pass
+    for 8 slices) and are dequantized there, two per asm block; mma.sync, so warps never wait on each other
+    inside a slice. The next block's 8 activation slices, scales and zero points are loaded at the top of
+    each iteration (software prefetch): the first measurement, loading them where they were used, stalled
+    on one global round trip per slice (loads of 2 bytes a thread are not pipelined by Triton)."""
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
     pid_s = tl.program_id(2)
@@ -387,55 +413,103 @@ def _w4a16_tcx_kernel(
     m_mask = offs_m < M
     offs_r = tl.arange(0, 16)
     xdt = x_ptr.dtype.element_ty
+    HALF: tl.constexpr = GROUP == 64  # second group of a block starts at slice 4
 
     b_start = pid_s * BLOCKS_PER_SPLIT
     b_end = tl.minimum(b_start + BLOCKS_PER_SPLIT, TOTAL_BLOCKS)
     q_rows = q_ptr + offs_n[:, None] * KW + offs_r[None, :]  # (BN, 16): 16-byte vector loads along a row
     x_rows = x_ptr + offs_m[:, None] * stride_xm + offs_r[None, :]  # (BM, 16)
-    if IS_BF16:
-        zz = (tl.zeros([1, BN], dtype=tl.float32) + 136.0).to(xdt)  # 128 + 8 (read only when ASYM)
+    s_cols = s_ptr + offs_n
+    z_cols = z_ptr + offs_n
+    base = 128.0 if IS_BF16 else 1024.0
+
+    # Prefetch of block b_start (masked off when this split is empty).
+    ok = b_start < b_end
+    k0 = b_start * 128
+    xm = m_mask[:, None] & ok
+    if EVEN:
+        x0 = tl.load(x_rows + k0, mask=xm, other=0.0)
+        x1 = tl.load(x_rows + k0 + 16, mask=xm, other=0.0)
+        x2 = tl.load(x_rows + k0 + 32, mask=xm, other=0.0)
+        x3 = tl.load(x_rows + k0 + 48, mask=xm, other=0.0)
+        x4 = tl.load(x_rows + k0 + 64, mask=xm, other=0.0)
+        x5 = tl.load(x_rows + k0 + 80, mask=xm, other=0.0)
+        x6 = tl.load(x_rows + k0 + 96, mask=xm, other=0.0)
+        x7 = tl.load(x_rows + k0 + 112, mask=xm, other=0.0)
     else:
-        zz = (tl.zeros([1, BN], dtype=tl.float32) + 1032.0).to(xdt)  # 1024 + 8
+        x0 = tl.load(x_rows + k0, mask=xm & ((k0 + offs_r) < K)[None, :], other=0.0)
+        x1 = tl.load(x_rows + k0 + 16, mask=xm & ((k0 + 16 + offs_r) < K)[None, :], other=0.0)
+        x2 = tl.load(x_rows + k0 + 32, mask=xm & ((k0 + 32 + offs_r) < K)[None, :], other=0.0)
+        x3 = tl.load(x_rows + k0 + 48, mask=xm & ((k0 + 48 + offs_r) < K)[None, :], other=0.0)
+        x4 = tl.load(x_rows + k0 + 64, mask=xm & ((k0 + 64 + offs_r) < K)[None, :], other=0.0)
+        x5 = tl.load(x_rows + k0 + 80, mask=xm & ((k0 + 80 + offs_r) < K)[None, :], other=0.0)
+        x6 = tl.load(x_rows + k0 + 96, mask=xm & ((k0 + 96 + offs_r) < K)[None, :], other=0.0)
+        x7 = tl.load(x_rows + k0 + 112, mask=xm & ((k0 + 112 + offs_r) < K)[None, :], other=0.0)
+    sm = n_mask & ok
+    s_lo = tl.load(s_cols + (k0 // GROUP) * N, mask=sm & (k0 < K), other=0.0).to(tl.float32)
+    z_lo = tl.load(z_cols + (k0 // GROUP) * N, mask=sm & (k0 < K), other=0) if ASYM else s_lo
+    s_hi = s_lo
+    z_hi = z_lo
+    if HALF:
+        s_hi = tl.load(s_cols + (k0 // GROUP + 1) * N, mask=sm & (k0 + 64 < K), other=0.0).to(tl.float32)
+        if ASYM:
+            z_hi = tl.load(z_cols + (k0 // GROUP + 1) * N, mask=sm & (k0 + 64 < K), other=0)
 
     acc = tl.zeros([BM, BN], dtype=tl.float32)
+    part = tl.zeros([BM, BN], dtype=tl.float32)
     for b in range(b_start, b_end):
         if EVEN:
             words = tl.trans(tl.load(q_rows + b * 16))  # (16, BN)
         else:
             words = tl.trans(tl.load(q_rows + b * 16, mask=n_mask[:, None], other=0))
-        part = tl.zeros([BM, BN], dtype=tl.float32)
-        for j in tl.static_range(8):
-            k0 = b * 128 + j * 16
-            if (j * 16) % GROUP == 0:  # first slice of a group: its scales (and zero points)
-                if EVEN:
-                    scale = tl.load(s_ptr + (k0 // GROUP) * N + offs_n).to(tl.float32)
-                else:
-                    scale = tl.load(s_ptr + (k0 // GROUP) * N + offs_n, mask=n_mask & (k0 < K), other=0.0).to(tl.float32)
-                if ASYM:
-                    zf = tl.load(z_ptr + (k0 // GROUP) * N + offs_n, mask=n_mask & (k0 < K), other=0).to(tl.float32)
-                    if IS_BF16:
-                        zz = (zf + 128.0).to(xdt)[None, :]
-                    else:
-                        zz = (zf + 1024.0).to(xdt)[None, :]
-            if USE_ASM:
-                if ASYM:
-                    w = tl.inline_asm_elementwise(_PAIR_ASM[16 * IS_BF16 + 8 + j], "=r,r,r,r", [words, tl.broadcast_to(zz, words.shape)],
-                                                  dtype=xdt, is_pure=True, pack=2)
-                else:
-                    w = tl.inline_asm_elementwise(_PAIR_ASM[16 * IS_BF16 + j], "=r,r,r", [words], dtype=xdt, is_pure=True, pack=2)
-            else:  # CPU interpreter: the same exact values from plain ops
-                w = (((words >> (4 * j)) & 0xF).to(tl.float32) - (zz.to(tl.float32) - (128.0 if IS_BF16 else 1024.0))).to(xdt)
-            if EVEN:
-                xa = tl.load(x_rows + k0, mask=m_mask[:, None], other=0.0)
-            else:
-                xa = tl.load(x_rows + k0, mask=m_mask[:, None] & ((k0 + offs_r) < K)[None, :], other=0.0)
-            if DOT_F32:  # Triton's CPU interpreter multiplies bf16 bit patterns as integers
-                part = tl.dot(xa.to(tl.float32), w.to(tl.float32), part)
-            else:
-                part = tl.dot(xa, w, part)  # (BM, 16) @ (16, BN)
-            if ((j + 1) * 16) % GROUP == 0:  # group complete: scale its partial sums once
-                acc += part * scale[None, :]
-                part = tl.zeros([BM, BN], dtype=tl.float32)
+        # Next block's activations / scales / zero points: in flight while this block computes.
+        ok = b + 1 < b_end
+        k1 = (b + 1) * 128
+        xm = m_mask[:, None] & ok
+        if EVEN:
+            y0 = tl.load(x_rows + k1, mask=xm, other=0.0)
+            y1 = tl.load(x_rows + k1 + 16, mask=xm, other=0.0)
+            y2 = tl.load(x_rows + k1 + 32, mask=xm, other=0.0)
+            y3 = tl.load(x_rows + k1 + 48, mask=xm, other=0.0)
+            y4 = tl.load(x_rows + k1 + 64, mask=xm, other=0.0)
+            y5 = tl.load(x_rows + k1 + 80, mask=xm, other=0.0)
+            y6 = tl.load(x_rows + k1 + 96, mask=xm, other=0.0)
+            y7 = tl.load(x_rows + k1 + 112, mask=xm, other=0.0)
+        else:
+            y0 = tl.load(x_rows + k1, mask=xm & ((k1 + offs_r) < K)[None, :], other=0.0)
+            y1 = tl.load(x_rows + k1 + 16, mask=xm & ((k1 + 16 + offs_r) < K)[None, :], other=0.0)
+            y2 = tl.load(x_rows + k1 + 32, mask=xm & ((k1 + 32 + offs_r) < K)[None, :], other=0.0)
+            y3 = tl.load(x_rows + k1 + 48, mask=xm & ((k1 + 48 + offs_r) < K)[None, :], other=0.0)
+            y4 = tl.load(x_rows + k1 + 64, mask=xm & ((k1 + 64 + offs_r) < K)[None, :], other=0.0)
+            y5 = tl.load(x_rows + k1 + 80, mask=xm & ((k1 + 80 + offs_r) < K)[None, :], other=0.0)
+            y6 = tl.load(x_rows + k1 + 96, mask=xm & ((k1 + 96 + offs_r) < K)[None, :], other=0.0)
+            y7 = tl.load(x_rows + k1 + 112, mask=xm & ((k1 + 112 + offs_r) < K)[None, :], other=0.0)
+        sm = n_mask & ok
+        t_lo = tl.load(s_cols + (k1 // GROUP) * N, mask=sm & (k1 < K), other=0.0).to(tl.float32)
+        u_lo = tl.load(z_cols + (k1 // GROUP) * N, mask=sm & (k1 < K), other=0) if ASYM else t_lo
+        t_hi = t_lo
+        u_hi = u_lo
+        if HALF:
+            t_hi = tl.load(s_cols + (k1 // GROUP + 1) * N, mask=sm & (k1 + 64 < K), other=0.0).to(tl.float32)
+            if ASYM:
+                u_hi = tl.load(z_cols + (k1 // GROUP + 1) * N, mask=sm & (k1 + 64 < K), other=0)
+
+        if ASYM:
+            zz_lo = (z_lo.to(tl.float32) + base).to(xdt)[None, :]
+            zz_hi = (z_hi.to(tl.float32) + base).to(xdt)[None, :]
+        else:
+            zz_lo = (tl.zeros([1, BN], dtype=tl.float32) + (base + 8.0)).to(xdt)
+            zz_hi = zz_lo
+        part, acc = _tcx_slice(part, acc, words, zz_lo, s_lo, x0, 0, GROUP, ASYM, IS_BF16, DOT_F32, USE_ASM)
+        part, acc = _tcx_slice(part, acc, words, zz_lo, s_lo, x1, 1, GROUP, ASYM, IS_BF16, DOT_F32, USE_ASM)
+        part, acc = _tcx_slice(part, acc, words, zz_lo, s_lo, x2, 2, GROUP, ASYM, IS_BF16, DOT_F32, USE_ASM)
+        part, acc = _tcx_slice(part, acc, words, zz_lo, s_lo, x3, 3, GROUP, ASYM, IS_BF16, DOT_F32, USE_ASM)
+        part, acc = _tcx_slice(part, acc, words, zz_hi, s_hi, x4, 4, GROUP, ASYM, IS_BF16, DOT_F32, USE_ASM)
+        part, acc = _tcx_slice(part, acc, words, zz_hi, s_hi, x5, 5, GROUP, ASYM, IS_BF16, DOT_F32, USE_ASM)
+        part, acc = _tcx_slice(part, acc, words, zz_hi, s_hi, x6, 6, GROUP, ASYM, IS_BF16, DOT_F32, USE_ASM)
+        part, acc = _tcx_slice(part, acc, words, zz_hi, s_hi, x7, 7, GROUP, ASYM, IS_BF16, DOT_F32, USE_ASM)
+        x0, x1, x2, x3, x4, x5, x6, x7 = y0, y1, y2, y3, y4, y5, y6, y7
+        s_lo, s_hi, z_lo, z_hi = t_lo, t_hi, u_lo, u_hi
 
     ptrs = out_ptr + offs_m[:, None] * stride_om + offs_n[None, :]
     local = tl.arange(0, BM)[:, None] * BN + tl.arange(0, BN)[None, :]
@@ -497,17 +571,15 @@ def _check(x, qweight, scales, zeros, group_size):
 
 
 def _config(m: int, n: int) -> dict:
-    """Tile choice by M (measured on H100, see bench/results/h100/kernels/NOTES.md)."""
-    # Sweep (compress.bench.kernel_tune, H100, CUDA-graph timing, geo-mean over 5 Llama shapes):
-    # M=1 gemv BN128/8 warps 1.60x vs fp16; M=2 and M=16 mma BM16/BN128/4 warps 1.46x / 1.45x;
-    # M=64 BM64/BN64 0.94x; M=256 BM128/BN64 0.41x.
-    if m <= GEMV_MAX_M:
-        return {"kind": "gemv", "BN": 128, "num_warps": 8}
+    """Kernel and tiles by M (measured on the H100: bench/results/h100/kernels/NOTES.md)."""
+    tuned = tuned_config("w4a16", m)
+    if tuned:
+        return tuned
     if m <= 16:
-        return {"kind": "mma", "BM": 16, "BN": 128, "num_warps": 4, "num_stages": 2}
+        return {"kind": "tcx", "BM": 16, "BN": 128, "num_warps": 4, "num_stages": 2, "waves": 4}
     if m <= 64:
-        return {"kind": "mma", "BM": triton.next_power_of_2(m), "BN": 64, "num_warps": 4, "num_stages": 2}
-    return {"kind": "mma", "BM": 128, "BN": 64, "num_warps": 4, "num_stages": 2}
+        return {"kind": "tc", "BM": 64, "BN": 128, "num_warps": 8, "num_stages": 2, "NB": 1}
+    return {"kind": "dequant"}
 
 
 def _launch(x, qweight, scales, zeros, group_size: int, config: dict | None = None) -> torch.Tensor:

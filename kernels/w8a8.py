@@ -23,7 +23,10 @@ import triton
 import triton.language as tl
 
 from compress.errors import CompressError
-from kernels._common import check_activation, check_device, plan_split_k, splitk_buffers, splitk_epilogue
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+from kernels._common import (check_activation, check_device, interpreting, plan_split_k, splitk_buffers, splitk_epilogue,
+                             tuned_config)
 
 ACT_EPS = 1e-8
 # Above this M, quantize activations in a separate pass (see module docstring).
@@ -99,6 +102,8 @@ def _w8a8_kernel(
     BM: tl.constexpr,
     BK: tl.constexpr,
     PRO_BK: tl.constexpr,  # columns per step of the absmax prologue
+    PDL_PREFETCH: tl.constexpr = 0,  # > 0: launched with programmatic dependent launch; prefetch this many bytes
+                                     # of each weight row into L2, then wait for the quantization kernel
 ):
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
@@ -108,6 +113,13 @@ def _w8a8_kernel(
     offs_m = pid_m * BM + tl.arange(0, BM)
     m_mask = offs_m < M
     offs_k = tl.arange(0, BK)
+    if PDL_PREFETCH > 0:
+        # The weights do not depend on the previous kernel: start streaming them into L2 while it runs.
+        lines = tl.minimum(pid_s * K_PER_SPLIT + tl.arange(0, PDL_PREFETCH // 128) * 128, K - 1)
+        pf = w_ptr + tl.minimum(offs_n, N - 1)[:, None] * stride_wn + lines[None, :]  # clamped: never past the weight
+        tl.inline_asm_elementwise("prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [pf], dtype=tl.int32, is_pure=False,
+                                  pack=1)
+        gdc_wait()
 
     if QUANT_IN_KERNEL:
         sx = _row_scales(x_ptr, offs_m, m_mask, stride_xm, K, PRO_BK, EPS)  # (BM,)
@@ -135,9 +147,14 @@ def _w8a8_kernel(
 
 
 @triton.jit
-def _quant_row_kernel(x_ptr, q_ptr, s_ptr, K, stride_xm, stride_qm, BK: tl.constexpr, EPS: tl.constexpr):
+def _quant_row_kernel(x_ptr, q_ptr, s_ptr, K, stride_xm, stride_qm, BK: tl.constexpr, EPS: tl.constexpr,
+                      EARLY: tl.constexpr):
     """One token per program, the whole row in registers: a single read of x (one memory round trip
-    before the GEMM can start, where the blocked loop of `_quant_per_token_kernel` needs two per chunk)."""
+    before the GEMM can start, where the blocked loop of `_quant_per_token_kernel` needs two per chunk).
+    EARLY: let a kernel launched after this one with programmatic dependent launch start right away (it
+    prefetches its weights, then waits for this grid before reading x)."""
+    if EARLY:
+        gdc_launch_dependents()
     m = tl.program_id(0)
     offs_k = tl.arange(0, BK)
     mask = offs_k < K
@@ -152,8 +169,9 @@ def _quant_row_kernel(x_ptr, q_ptr, s_ptr, K, stride_xm, stride_qm, BK: tl.const
 ROW_KERNEL_MAX_K = 32768
 
 
-def quantize_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(M, K) fp16/bf16 -> (int8 (M, K), fp32 scales (M,)) with the module's rounding."""
+def quantize_per_token(x: torch.Tensor, early: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """(M, K) fp16/bf16 -> (int8 (M, K), fp32 scales (M,)) with the module's rounding. early: the next
+    kernel is launched with programmatic dependent launch and may start before this one ends."""
     check_device("quantize_per_token", x)
     x2 = check_activation("quantize_per_token", x, x.shape[-1])
     m, k = x2.shape
@@ -163,7 +181,7 @@ def quantize_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return q, s
     if k <= ROW_KERNEL_MAX_K:
         bk = triton.next_power_of_2(k)
-        _quant_row_kernel[(m,)](x2, q, s, k, x2.stride(0), q.stride(0), BK=bk, EPS=ACT_EPS,
+        _quant_row_kernel[(m,)](x2, q, s, k, x2.stride(0), q.stride(0), BK=bk, EPS=ACT_EPS, EARLY=early and not interpreting(),
                                 num_warps=4 if bk <= 4096 else (8 if bk <= 16384 else 16))
         return q, s
     bm = 4
@@ -193,15 +211,20 @@ def _check(x, weight, w_scale):
 
 
 def _config(m: int) -> dict:
-    """Tiles by M. Sweep (kernel_tune, H100, CUDA graphs): M=1 BN128/8 warps, M=16 BN64/8 warps,
-    M=64 BM64/BN128/8 warps, M=256 BM128/BN64/4 warps best among BN {64,128} x BK {128,256} x warps {4,8}."""
-    if m <= 8:
-        return {"BM": 16, "BN": 128, "BK": 128, "num_warps": 8, "num_stages": 3}
+    """Tiles by M (measured on the H100: bench/results/h100/kernels/NOTES.md). Every M quantizes x once
+    (`quantize_per_token`) and runs the int8 GEMM on int8 activations."""
+    tuned = tuned_config("w8a8", m)
+    if tuned:
+        return tuned
     if m <= 16:
-        return {"BM": 16, "BN": 64, "BK": 128, "num_warps": 8, "num_stages": 3}
+        return {"BM": 16, "BN": 64, "BK": 256, "num_warps": 4, "num_stages": 4, "fused": False, "waves": 2}
     if m <= 64:
-        return {"BM": triton.next_power_of_2(m), "BN": 128, "BK": 128, "num_warps": 8, "num_stages": 3}
+        return {"BM": triton.next_power_of_2(m), "BN": 64, "BK": 128, "num_warps": 4, "num_stages": 3}
     return {"BM": 128, "BN": 64, "BK": 128, "num_warps": 4, "num_stages": 3}
+
+
+def _pow2_floor(v: int) -> int:
+    return 1 << (max(v, 128).bit_length() - 1)
 
 
 def _launch(x, weight, w_scale, config: dict | None = None) -> torch.Tensor:
@@ -215,10 +238,11 @@ def _launch(x, weight, w_scale, config: dict | None = None) -> torch.Tensor:
     cfg = dict(config or _config(m))
     sw = w_scale.reshape(n)
     fused = cfg.get("fused", m <= FUSED_QUANT_MAX_M)
+    pdl = cfg.get("pdl", 0) if not fused and not interpreting() else 0
     if fused:
         xin, sx = x2, sw  # sx_ptr unused when quantizing in-kernel
     else:
-        xin, sx = quantize_per_token(x2)
+        xin, sx = quantize_per_token(x2, early=pdl > 0)
     k_steps = triton.cdiv(k, cfg["BK"])
     n_tiles, m_tiles = triton.cdiv(n, cfg["BN"]), triton.cdiv(m, cfg["BM"])
     split = cfg.get("split") or plan_split_k(n_tiles * m_tiles, k_steps, x.device, cfg.get("waves", 2.0))
@@ -229,7 +253,8 @@ def _launch(x, weight, w_scale, config: dict | None = None) -> torch.Tensor:
         xin, sx, weight, sw, out, ws, locks, m, n, k, per_steps * cfg["BK"], split, xin.stride(0), weight.stride(0), n,
         QUANT_IN_KERNEL=fused, EPS=ACT_EPS, BN=cfg["BN"], BM=cfg["BM"], BK=cfg["BK"],
         PRO_BK=max(cfg["BK"], min(triton.next_power_of_2(k), 16384 // cfg["BM"])),
-        num_warps=cfg["num_warps"], num_stages=cfg.get("num_stages", 3),
+        PDL_PREFETCH=_pow2_floor(min(pdl, per_steps * cfg["BK"])) if pdl else 0, num_warps=cfg["num_warps"], num_stages=cfg.get("num_stages", 3),
+        **({"launch_pdl": True} if pdl else {}),
     )
     return out.reshape(*lead, n)
 

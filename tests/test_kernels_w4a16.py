@@ -77,3 +77,24 @@ def test_w4a16_real_shapes_gpu(name, n, k, m):
     p = make_int4(n, k, 128, True, torch.float16, DEVICE)
     x = torch.randn(m, k, device=DEVICE).half()
     assert rel_err(w4a16_linear(x, p["qweight"], p["scales"]), w4a16_linear_ref(x, p["qweight"], p["scales"])) < TOL[torch.float16]
+
+
+GPU_PATHS = [{"kind": "tcx", "BM": 16, "BN": 128, "num_warps": 4, "num_stages": 2},
+             {"kind": "tcx", "BM": 32, "BN": 128, "num_warps": 4, "num_stages": 2},
+             {"kind": "tc", "BM": 64, "BN": 128, "num_warps": 8, "num_stages": 2, "NB": 1},
+             {"kind": "tc", "BM": 16, "BN": 128, "num_warps": 8, "num_stages": 2, "NB": 2},
+             {"kind": "dequant"}]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("cfg", GPU_PATHS, ids=lambda c: f"{c['kind']}{c.get('BM', '')}")
+@pytest.mark.parametrize("dtype,group_size,symmetric", [(torch.float16, 128, True), (torch.bfloat16, 64, False)])
+def test_w4a16_every_path_real_shape_gpu(cfg, dtype, group_size, symmetric):
+    # The inline-PTX dequantization (f16x2 / bf16x2, symmetric / zero points, g128 / g64) on an 8B down_proj.
+    n, k = 4096, 14336
+    p = make_int4(n, k, group_size, symmetric, dtype, DEVICE, seed=3)
+    for m in (1, 7, 40):
+        x = torch.randn(m, k, device=DEVICE).to(dtype)
+        out = _launch(x, p["qweight"], p["scales"], p["zeros"], group_size, cfg)
+        assert rel_err(out, w4a16_linear_ref(x, p["qweight"], p["scales"], p["zeros"], group_size)) < TOL[dtype]

@@ -75,3 +75,56 @@ def test_w8a8_real_shapes_gpu(name, n, k, m):
     wq, ws = make_w8a8(n, k, DEVICE)
     x = torch.randn(m, k, device=DEVICE).half()
     assert rel_err(w8a8_linear(x, wq, ws), w8a8_linear_ref(x, wq, ws)) < 3e-3
+
+
+def test_quantize_per_token_long_rows_use_the_blocked_kernel():
+    # K above ROW_KERNEL_MAX_K takes the two-pass blocked kernel; both must match the reference exactly.
+    from kernels.w8a8 import ROW_KERNEL_MAX_K
+
+    x = torch.randn(2, ROW_KERNEL_MAX_K + 48, device=DEVICE).half()
+    q, s = quantize_per_token(x)
+    qr, sr = quantize_per_token_ref(x)
+    assert torch.equal(s, sr) and torch.equal(q, qr)
+
+
+def test_tuned_configs_file_overrides_the_tables(tmp_path, monkeypatch):
+    import json
+
+    from kernels._common import m_bucket, tuned_config
+    from kernels.w8a8 import _config
+
+    assert [m_bucket(m) for m in (1, 2, 16, 17, 64, 65, 4096)] == [1, 16, 16, 64, 64, 256, 256]
+    cfg = {"BM": 16, "BN": 32, "BK": 64, "num_warps": 4, "fused": False, "split": 2}
+    path = tmp_path / "tuned.json"
+    path.write_text(json.dumps({"w8a8": {"16": cfg}}))
+    monkeypatch.setenv("COMPRESS_KERNEL_CONFIGS", str(path))
+    assert _config(5) == cfg and _config(1) != cfg  # bucket 16 tuned, bucket 1 falls back to the table
+    assert tuned_config("w4a16", 5) is None
+    wq, ws = make_w8a8(24, 64, DEVICE)
+    x = torch.randn(5, 64, device=DEVICE).half()
+    assert rel_err(w8a8_linear(x, wq, ws), w8a8_linear_ref(x, wq, ws)) < 3e-3  # the tuned config runs
+    monkeypatch.setenv("COMPRESS_KERNEL_CONFIGS", str(tmp_path / "missing.json"))
+    with pytest.raises(CompressError, match="COMPRESS_KERNEL_CONFIGS"):
+        _config(5)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("pdl", [0, 4096])
+@pytest.mark.parametrize("m", [1, 9])
+def test_w8a8_programmatic_dependent_launch_gpu(m, pdl):
+    # The quantizer -> GEMM pair with programmatic dependent launch (weights prefetched before the wait),
+    # eager and replayed from a CUDA graph with fresh activations each time.
+    n, k = 14336, 4096
+    wq, ws = make_w8a8(n, k, DEVICE, seed=5)
+    cfg = {"BM": 16, "BN": 64, "BK": 256, "num_warps": 4, "num_stages": 4, "fused": False, "waves": 2, "pdl": pdl}
+    x = torch.randn(m, k, device=DEVICE).half()
+    assert rel_err(_launch(x, wq, ws, cfg), w8a8_linear_ref(x, wq, ws)) < 3e-3
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = _launch(x, wq, ws, cfg)
+    for _ in range(3):
+        x.copy_(torch.randn_like(x))
+        g.replay()
+        torch.cuda.synchronize()
+        assert rel_err(out, w8a8_linear_ref(x, wq, ws)) < 3e-3

@@ -64,18 +64,74 @@ def _tinygemm_pack(u: torch.Tensor, scales: torch.Tensor, group_size: int):
     return w_tiny, sz.contiguous()
 
 
+class _Gemlite:
+    """gemlite (PyPI, Triton) A16W4 g128 as a peer, when importable: same weights, timed under CUDA graphs
+    like ours. Its first call at a new (M, N, K) autotunes for seconds, so it runs only at the M values in
+    COMPRESS_BENCH_GEMLITE_M (default "1,16") and stops once it has spent COMPRESS_BENCH_GEMLITE_S seconds."""
+
+    def __init__(self):
+        import os
+        import time
+
+        self.ms = {int(v) for v in os.environ.get("COMPRESS_BENCH_GEMLITE_M", "1,16").split(",") if v}
+        self.budget = float(os.environ.get("COMPRESS_BENCH_GEMLITE_S", "60"))
+        self.clock = time.time
+        self.spent = 0.0
+        try:
+            from gemlite.core import DType, GemLiteLinearTriton
+
+            self.cls, self.dtype = GemLiteLinearTriton, DType.FP16
+        except Exception:  # not installed (it is a peer, not a dependency)
+            self.cls = None
+
+    def layer(self, u: torch.Tensor, scales: torch.Tensor, n: int, k: int):
+        if self.cls is None:
+            return None
+        lin = self.cls(W_nbits=4, group_size=128, in_features=k, out_features=n, input_dtype=self.dtype, output_dtype=self.dtype)
+        s = scales.t().contiguous()  # (N, G)
+        lin.pack(u, s, torch.full_like(s, 8.0), bias=None)  # W = (u - 8) * s, our symmetric math
+        return lin
+
+    def time(self, lin, x: torch.Tensor) -> float | None:
+        if lin is None or x.shape[0] not in self.ms or self.spent > self.budget:
+            return None
+        t0 = self.clock()
+        try:
+            return time_ms(lambda: lin(x))
+        except Exception:
+            return None
+        finally:
+            self.spent += self.clock() - t0
+
+
+def _path(cfg: dict) -> str:
+    """What ran, for the tables: kernel kind and tiles."""
+    kind = cfg.get("kind", "int8-gemm")
+    if kind == "dequant":
+        return "dequant+cuBLAS"
+    tiles = "x".join(str(cfg[t]) for t in ("BM", "BN", "BK", "BW") if t in cfg)
+    extra = f" pdl{cfg['pdl']}" if cfg.get("pdl") else ""
+    return f"{kind} {tiles}/{cfg.get('num_warps', '')}w{extra}"
+
+
 def run_w4a16(copy_gbs: float, quick: bool) -> list[dict]:
     from compress.packing.int4 import unpack_int4
-    from kernels.w4a16 import w4a16_linear, w4a16_linear_ref
+    from kernels.w4a16 import _config, w4a16_linear, w4a16_linear_ref
 
     rows = []
+    gl = _Gemlite()
     for name, n, k in LLAMA_SHAPES:
         p = make_int4(n, k, 128, True, torch.float16, "cuda", seed=n + k)
         w = _dense(n, k)
+        u = unpack_int4(p["qweight"], k)
         try:
-            tiny = _tinygemm_pack(unpack_int4(p["qweight"], k), p["scales"], 128)
+            tiny = _tinygemm_pack(u, p["scales"], 128)
         except RuntimeError:
             tiny = None
+        try:
+            glin = gl.layer(u, p["scales"], n, k)
+        except Exception:
+            glin = None
         wbytes = p["qweight"].numel() * 4 + p["scales"].numel() * 2
         for m in QUICK_M if quick else BENCH_M:
             x = torch.randn(m, k, device="cuda").half()
@@ -87,8 +143,9 @@ def run_w4a16(copy_gbs: float, quick: bool) -> list[dict]:
             if tiny is not None:
                 xb = x.bfloat16()
                 peer = time_ms(lambda: torch.ops.aten._weight_int4pack_mm(xb, tiny[0], 128, tiny[1]))
-            rows.append(_row(name, n, k, m, ours, ref, wbytes + 2 * m * (k + n), copy_gbs, rel_err=err, tinygemm_ms=peer))
-        del p, w, tiny
+            rows.append(_row(name, n, k, m, ours, ref, wbytes + 2 * m * (k + n), copy_gbs, rel_err=err, tinygemm_ms=peer,
+                             gemlite_ms=gl.time(glin, x), path=_path(_config(m, n))))
+        del p, w, tiny, glin, u
     # Group 64 and asymmetric at decode sizes, for the record.
     for name, n, k in LLAMA_SHAPES[:4]:
         for gs, sym in ((64, True), (128, False), (64, False)):
@@ -102,13 +159,13 @@ def run_w4a16(copy_gbs: float, quick: bool) -> list[dict]:
                 ours = time_ms(lambda: w4a16_linear(x, p["qweight"], p["scales"], p["zeros"], gs))
                 ref = time_ms(lambda: F.linear(x, w))
                 rows.append(_row(name, n, k, m, ours, ref, wbytes + 2 * m * (k + n), copy_gbs, rel_err=err,
-                                 variant=f"g{gs} {'sym' if sym else 'asym'}"))
+                                 variant=f"g{gs} {'sym' if sym else 'asym'}", path=_path(_config(m, n))))
     return rows
 
 
 # ----------------------------------------------------------------------------------------------- W8A8
 def run_w8a8(copy_gbs: float, quick: bool) -> list[dict]:
-    from kernels.w8a8 import w8a8_linear, w8a8_linear_ref
+    from kernels.w8a8 import _config, w8a8_linear, w8a8_linear_ref
 
     rows = []
     for name, n, k in LLAMA_SHAPES:
@@ -124,14 +181,15 @@ def run_w8a8(copy_gbs: float, quick: bool) -> list[dict]:
             if m > 16:
                 xq = torch.randint(-127, 128, (m, k), device="cuda", dtype=torch.int8)
                 peer = time_ms(lambda: torch._int_mm(xq, wt))
-            rows.append(_row(name, n, k, m, ours, ref, n * k + 4 * n + 2 * m * (k + n), copy_gbs, rel_err=err, int_mm_ms=peer))
+            rows.append(_row(name, n, k, m, ours, ref, n * k + 4 * n + 2 * m * (k + n), copy_gbs, rel_err=err, int_mm_ms=peer,
+                             path=_path(_config(m))))
         del wq, ws, w, wt
     return rows
 
 
 # ----------------------------------------------------------------------------------------------- 2:4
 def run_sparse24(copy_gbs: float, quick: bool) -> list[dict]:
-    from kernels.sparse24 import sparse24_linear, sparse24_linear_ref, sparse24_w8a8_linear, sparse24_w8a8_linear_ref
+    from kernels.sparse24 import _config, sparse24_linear, sparse24_linear_ref, sparse24_w8a8_linear, sparse24_w8a8_linear_ref
     from kernels.w8a8 import w8a8_linear
 
     rows = []
@@ -161,7 +219,7 @@ def run_sparse24(copy_gbs: float, quick: bool) -> list[dict]:
                 except Exception:
                     peer = None
             rows.append(_row(name, n, k, m, ours, ref, fbytes + 2 * m * (k + n), copy_gbs, rel_err=err,
-                             variant="fp16", dense_ms=ref, torch_semi_structured_ms=peer))
+                             variant="fp16", dense_ms=ref, torch_semi_structured_ms=peer, path=_path(_config(m))))
         del p, w, semi
         q = make_sparse24(n, k, torch.int8, "cuda", seed=n * 3 + k)
         wq, ws = make_w8a8(n, k, "cuda", seed=n + k)
@@ -175,7 +233,7 @@ def run_sparse24(copy_gbs: float, quick: bool) -> list[dict]:
             dense_int8 = time_ms(lambda: w8a8_linear(x, wq, ws))
             ref = time_ms(lambda: F.linear(x, w))
             rows.append(_row(name, n, k, m, ours, ref, qbytes + 2 * m * (k + n), copy_gbs, rel_err=err,
-                             variant="int8 (W8A8)", dense_ms=dense_int8))
+                             variant="int8 (W8A8)", dense_ms=dense_int8, path=_path(_config(m, True))))
         del q, wq, ws, w
     return rows
 

@@ -4,6 +4,9 @@ next to torch fp16 F.linear (and the peers that run here). Its output is the evi
 tables in kernels/*.py (recorded in bench/results/h100/kernels/NOTES.md).
 
     python -m compress.bench.kernel_tune [w4a16 w8a8 sparse24 gemlite] > tune.log    (TUNE_JSON=path keeps raw rows)
+    python -m compress.bench.kernel_tune --final --write tuned.json w4a16 w8a8 sparse24
+        (the short candidate lists; writes the best config per kernel and M bucket, which
+        COMPRESS_KERNEL_CONFIGS=tuned.json makes the launchers use)
 """
 
 from __future__ import annotations
@@ -29,8 +32,13 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(((a.float() - b.float()).norm() / b.float().norm().clamp(min=1e-30)).item())
 
 
+FINAL = False  # --final: the short candidate lists (the configs that led the first sweep, and their variants)
+BEST: dict[str, dict[str, dict]] = {}  # kernel -> {M bucket: best config}, for --write
+
+
 def _sweep(name: str, ms: list[int], configs_for, build, call, ref, log: list, tol: float = 3e-3) -> dict:
-    """Time every config of configs_for(m) on SHAPES; returns {m: (best config key, geo speedup)}."""
+    """Time every config of configs_for(m) on SHAPES; returns {m: (best config key, geo speedup)}. A config
+    whose error on the checked shape exceeds tol never wins."""
     scores: dict[tuple[int, str], list[float]] = {}
     errors: dict[tuple[int, str], float] = {}
     times: dict[tuple[int, str], list[float]] = {}
@@ -70,13 +78,28 @@ def _sweep(name: str, ms: list[int], configs_for, build, call, ref, log: list, t
                   f"ms {[round(t, 4) for t in times[(m, key)]]} err {err if err is None else f'{err:.1e}'}{flag}", flush=True)
             log.append({"kernel": name, "M": m, "config": json.loads(key), "geo_speedup": geo, "per_shape": sp,
                         "ms": times[(m, key)], "torch_ms": base_ms[m], "rel_err": err})
-        if ranked:
-            best[m] = ranked[0]
+        ok = [(key, sp) for key, sp in ranked if errors.get((m, key)) is not None and errors[(m, key)] < tol
+              and all(math.isfinite(v) and v > 0 for v in sp)]
+        if ok:
+            best[m] = ok[0]
+            BEST.setdefault(name, {})[str(m)] = json.loads(ok[0][0])
     return best
 
 
 # ---------------------------------------------------------------------------------------------- W4A16
 def _w4a16_configs(m: int) -> list[dict]:
+    if FINAL:
+        if m <= 16:
+            return [{"kind": "tcx", "BM": 16, "BN": bn, "num_warps": nw, "num_stages": st, "waves": wv}
+                    for bn, nw, st, wv in [(128, 4, 2, 2), (128, 4, 2, 4), (256, 4, 2, 2), (256, 8, 2, 2), (128, 4, 3, 4),
+                                           (64, 4, 2, 4), (128, 8, 2, 4)]] + \
+                   [{"kind": "tc", "BM": 16, "BN": 128, "num_warps": 8, "num_stages": 2, "NB": 2}]
+        if m <= 64:
+            return [{"kind": "tcx", "BM": 32, "BN": 128, "num_warps": 4, "num_stages": 2},
+                    {"kind": "tcx", "BM": 32, "BN": 128, "num_warps": 4, "num_stages": 2, "waves": 1},
+                    {"kind": "tcx", "BM": 64, "BN": 64, "num_warps": 4, "num_stages": 2},
+                    {"kind": "tc", "BM": 64, "BN": 128, "num_warps": 8, "num_stages": 2, "NB": 1}]
+        return [{"kind": "dequant"}, {"kind": "tc", "BM": 128, "BN": 128, "num_warps": 8, "num_stages": 2, "NB": 1}]
     out = []
     if m <= 16:
         out.append({"kind": "gemv", "BN": 128, "num_warps": 8} if m == 1 else
@@ -132,6 +155,20 @@ def check_w4a16_variants() -> None:
 
 # ----------------------------------------------------------------------------------------------- W8A8
 def _w8a8_configs(m: int) -> list[dict]:
+    if FINAL:
+        if m <= 16:
+            base = {"BM": 16, "BN": 64, "BK": 256, "num_warps": 4, "num_stages": 4, "fused": False}
+            return [dict(base, waves=2), dict(base, waves=2, pdl=2048), dict(base, waves=2, pdl=8192),
+                    dict(base, waves=1, pdl=8192), dict(base, BK=128, waves=4, pdl=2048),
+                    {"BM": 16, "BN": 128, "BK": 128, "num_warps": 4, "num_stages": 3, "fused": False, "waves": 2, "pdl": 4096}]
+        if m <= 64:
+            return [{"BM": 64, "BN": 64, "BK": 128, "num_warps": 4, "num_stages": 3},
+                    {"BM": 64, "BN": 64, "BK": 128, "num_warps": 4, "num_stages": 4, "pdl": 4096},
+                    {"BM": 64, "BN": 64, "BK": 256, "num_warps": 4, "num_stages": 3}]
+        return [{"BM": 128, "BN": 64, "BK": 128, "num_warps": 4, "num_stages": 3},
+                {"BM": 128, "BN": 64, "BK": 128, "num_warps": 4, "num_stages": 4},
+                {"BM": 128, "BN": 64, "BK": 128, "num_warps": 4, "num_stages": 3, "pdl": 4096},
+                {"BM": 64, "BN": 128, "BK": 128, "num_warps": 4, "num_stages": 3}]
     if m <= 16:
         out = [{"BM": 16, "BN": 128, "BK": 128, "num_warps": 8, "num_stages": 3} if m <= 8 else
                {"BM": 16, "BN": 64, "BK": 128, "num_warps": 8, "num_stages": 3}]  # last session (fused quant)
@@ -155,6 +192,8 @@ def tune_w8a8(log):
 
     _sweep("w8a8", [1, 16, 64, 256], _w8a8_configs, lambda n, k: make_w8a8(n, k, "cuda"),
            lambda x, p, cfg: _launch(x, p[0], p[1], cfg), lambda x, p: w8a8_linear_ref(x, p[0], p[1]), log)
+    if FINAL:
+        return
     for m in (1, 16, 256):  # the activation quantization pass alone, and torch._int_mm alone
         for n, k in SHAPES[:4]:
             x = torch.randn(m, k, device="cuda").half()
@@ -170,6 +209,12 @@ def tune_w8a8(log):
 # ----------------------------------------------------------------------------------------------- 2:4
 def _sp_configs(kind: str):
     def configs(m: int) -> list[dict]:
+        if FINAL:
+            out = [{"kind": "prmt", "BN": bn, "BW": bw, "num_warps": nw, "waves": wv}
+                   for bn, bw, nw, wv in [(16, 8, 4, 4), (32, 8, 4, 4), (16, 8, 4, 2), (64, 8, 8, 2), (16, 4, 4, 4)]]
+            if kind == "i":
+                out += [dict(out[0], pdl=1024), dict(out[1], pdl=2048)]
+            return out
         out = [{"kind": "gemv", "BN": 32, "BW": 8, "num_warps": 4}]  # last session
         for bn, bw, nw in [(32, 4, 4), (64, 4, 4), (32, 8, 4), (16, 8, 4), (64, 8, 8), (128, 4, 8)]:
             for waves in (2, 4):
@@ -189,6 +234,8 @@ def tune_sparse24(log):
     _sweep("sparse24-int8", [1], _sp_configs("i"), lambda n, k: make_sparse24(n, k, torch.int8, "cuda"),
            lambda x, p, cfg: _launch(x, p["values"], p["meta"], p["w_scale"], cfg),
            lambda x, p: sparse24_w8a8_linear_ref(x, p["values"], p["meta"], p["w_scale"]), log)
+    if FINAL:
+        return
     # The dense int8 reference of the 2:4 target, with its default config, on the same shapes.
     for n, k in SHAPES:
         wq, ws = make_w8a8(n, k, "cuda")
@@ -246,11 +293,21 @@ def tune_gemlite(log, budget_s: float = 60.0):
             log.append({"kernel": "gemlite", "N": n, "K": k, "M": m, "ms": t, "torch_ms": base, "rel_err": err})
 
 
-def main(which: list[str]) -> None:
+def main(argv: list[str]) -> None:
+    global FINAL
+    args = list(argv)
+    write = None
+    if "--write" in args:
+        i = args.index("--write")
+        write = args[i + 1]
+        del args[i:i + 2]
+    if "--final" in args:
+        args.remove("--final")
+        FINAL = True
     log: list = []
     jobs = {"w4a16": tune_w4a16, "w4a16-check": lambda _log: check_w4a16_variants(), "w8a8": tune_w8a8,
             "sparse24": tune_sparse24, "gemlite": tune_gemlite}
-    for name in which or ["w4a16-check", "w4a16", "w8a8", "sparse24", "gemlite"]:
+    for name in args or ["w4a16-check", "w4a16", "w8a8", "sparse24", "gemlite"]:
         t0 = time.time()
         jobs[name](log)
         print(f"[tune] {name} done in {time.time() - t0:.0f} s", flush=True)
@@ -258,6 +315,9 @@ def main(which: list[str]) -> None:
         if out:
             with open(out, "w") as f:
                 json.dump(log, f, indent=1)
+        if write:  # rewritten after each job: a run cut short still leaves what it measured
+            with open(write, "w") as f:
+                json.dump(BEST, f, indent=1, sort_keys=True)
 
 
 if __name__ == "__main__":

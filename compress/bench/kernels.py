@@ -55,12 +55,19 @@ def vptq_markdown(rows: list[dict]) -> str:
     return _table(header, body) + summary
 
 
-def linear_markdown(rows: list[dict], peer_key: str | None, peer_label: str | None, dense_label: str | None = None) -> str:
+def linear_markdown(rows: list[dict], peer_key: str | None, peer_label: str | None, dense_label: str | None = None,
+                    peers: list[tuple[str, str]] = ()) -> str:
+    """One row per (layer, M); `peers` adds (row key, column label) pairs after the first peer; a `path` column
+    (which kernel and tiles ran) closes the table when the rows carry it."""
     header = ["layer", "N", "K", "M", "kernel (ms)", "torch fp16 (ms)", "ratio", "speedup", "GB/s", "% copy BW"]
     if dense_label:
         header.append(dense_label)
     if peer_key:
         header.append(peer_label)
+    header += [label for _, label in peers]
+    with_path = any("path" in r for r in rows)
+    if with_path:
+        header.append("path")
     body = []
     for r in rows:
         cells = [r["layer"] + (f" [{r['variant']}]" if r.get("variant") else ""), str(r["N"]), str(r["K"]), str(r["M"]),
@@ -70,6 +77,9 @@ def linear_markdown(rows: list[dict], peer_key: str | None, peer_label: str | No
             cells.append(_f(r["dense_ms"] / r["kernel_ms"], 2) + "x")
         if peer_key:
             cells.append(_f(r.get(peer_key)))
+        cells += [_f(r.get(key)) for key, _ in peers]
+        if with_path:
+            cells.append(r.get("path", ""))
         body.append(cells)
     return _table(header, body)
 
@@ -200,8 +210,9 @@ def render_markdown(report: dict) -> str:
         parts += ["", "## VPTQ fused GEMV vs torch fp16 (seed-000 format), batch 1", "", vptq_markdown(results["vptq"])]
     if "w4a16" in results:
         parts += ["", "## W4A16 (int4 g128 symmetric unless marked)", "",
-                  "Peer: torch's tinygemm `_weight_int4pack_mm` (bf16 activations).", "",
-                  linear_markdown(results["w4a16"], "tinygemm_ms", "tinygemm (ms)")]
+                  "Peers: torch's tinygemm `_weight_int4pack_mm` (bf16 activations); gemlite (PyPI, Triton; timed where "
+                  "installed, at the M values its autotuning budget allowed).", "",
+                  linear_markdown(results["w4a16"], "tinygemm_ms", "tinygemm (ms)", peers=[("gemlite_ms", "gemlite (ms)")])]
     if "w8a8" in results:
         parts += ["", "## W8A8 (per-channel int8 weights, dynamic per-token int8 activations)", "",
                   "Peer: `torch._int_mm` alone (activations already int8, no scaling; needs M > 16).", "",
