@@ -153,6 +153,37 @@ def test_fast_path_attention_kernel_matches_torch_attention(model_type):
     assert _rel(kern.k_cache[1][:, :, :13], plain.k_cache[1][:, :, :13]) < 1e-5
 
 
+class _EveryPath:
+    """Stands in for paths.TABLE in a test: runs every candidate and checks that they agree."""
+
+    def __init__(self):
+        self.keys = set()
+
+    def run(self, key, candidates, device):
+        outs = [fn() for _, fn in candidates]
+        for (name, _), o in zip(candidates[1:], outs[1:]):
+            a, b = (outs[0][0], o[0]) if isinstance(o, tuple) else (outs[0], o)
+            assert _rel(b, a) < 1e-5, (key, name)
+        self.keys.add(key[0])
+        return outs[0]
+
+
+@needs_triton
+def test_decode_attention_candidates_agree(monkeypatch):
+    """The decode step's two attention paths (Triton kernels / torch ops) give the same logits."""
+    from compress.runtime import fastpath
+
+    every = _EveryPath()
+    monkeypatch.setattr(fastpath, "TABLE", every)
+    model = _tiny("qwen3")
+    ids = torch.randint(0, 300, (2, 9), generator=torch.Generator().manual_seed(1))
+    lm = FastLM(model, 2, 16, attn_kernel=True)
+    tok = lm.prefill(ids).argmax(-1, keepdim=True)
+    for _ in range(3):
+        tok = lm.decode(tok).argmax(-1, keepdim=True)
+    assert "decode_attention" in every.keys
+
+
 @needs_triton
 def test_gemv_kernels_match_torch():
     from compress.runtime.decode_kernels import GEMV_CONFIGS, gemv, gemv_w8

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from compress.errors import CompressError
 from compress.runtime.dense import linear, silu_mul_linear
 from compress.runtime.fuse import fuse_outputs
+from compress.runtime.paths import TABLE
 
 SUPPORTED = ("llama", "mistral", "qwen2", "qwen3")
 
@@ -242,7 +243,6 @@ class FastLM:
         if not x.is_cuda or not (x.dtype == y.dtype == w.dtype):
             return f(x, y, w, self.eps)
         from compress.runtime.decode_kernels import add_rms_norm
-        from compress.runtime.paths import TABLE
 
         rows = x.numel() // x.shape[-1]
         return TABLE.run(("add_rms_norm", x.shape[-1], 1, rows, str(x.dtype)),
@@ -308,9 +308,19 @@ class FastLM:
 
             def attend_raw(i, blk, h):
                 q, k, v = (t.reshape(b, -1) for t in self._qkv_flat(blk, h))
-                o = self.attn(q, k, v, c, s, self.k_cache[i], self.v_cache[i], self.pos, self.scale, blk.q_norm,
-                              blk.k_norm, self.eps)
-                return o.reshape(b, 1, -1)
+
+                def kernel():
+                    return self.attn(q, k, v, c, s, self.k_cache[i], self.v_cache[i], self.pos, self.scale, blk.q_norm,
+                                     blk.k_norm, self.eps).reshape(b, 1, -1)
+
+                def plain():  # the same step in torch ops: RoPE, two cache writes, matmul-softmax-matmul
+                    qr, kr = self._rope(blk, q.reshape(b, 1, self.n_heads, -1), k.reshape(b, 1, self.n_kv, -1), cos, sin)
+                    return attend(i, qr, kr, v.reshape(b, 1, self.n_kv, -1))
+
+                # Both write the same k/v into the same slot, so timing them (paths.TABLE) changes nothing.
+                key = ("decode_attention", self.n_heads * self.head_dim, self.max_len, b,
+                       f"{q.dtype}{'+qk_norm' if blk.q_norm is not None else ''}")
+                return TABLE.run(key, [("triton", kernel), ("torch", plain)], q.device)
 
         h = self._layers(x, cos, sin, attend, attend_raw)
         self.pos.add_(1)
