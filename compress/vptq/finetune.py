@@ -19,7 +19,7 @@ runs on the math SDPA backend, whose backward has no atomics.
 from __future__ import annotations
 
 import math
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 
 import torch
@@ -148,6 +148,18 @@ def _kl(teacher_logits: torch.Tensor, student_logits: torch.Tensor, mask: torch.
     return (kl * m).sum() / m.sum().clamp_min(1)
 
 
+@contextmanager
+def _tf32(device: torch.device):
+    """TF32 matmuls on GPU (several times the float32 rate) while training: gradients need no more
+    precision than that, and the refined values are rounded to fp16 anyway. Restored on exit."""
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = device.type == "cuda"
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+
+
 def _sdpa_math():
     try:
         from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -185,6 +197,10 @@ def finetune_codebooks(
     teacher = {f"{n}.weight": w for n, w in teacher_weights.items()}
     was_training = model.training
     model.eval()  # no dropout: the student must see what inference sees
+    # Only the quantization parameters learn: no gradient (time, memory, .grad left behind) for the rest.
+    frozen = [p for p in model.parameters() if p.requires_grad]
+    for p in frozen:
+        p.requires_grad_(False)
 
     def move(batch):
         return {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in batch.items()}
@@ -208,7 +224,7 @@ def finetune_codebooks(
 
     opt = torch.optim.Adam(list(params.values()), lr=lr)
     history = []
-    with _sdpa_math():
+    with _sdpa_math(), _tf32(device):
         best = held_kl()
         history.append({"step": 0, "heldout_kl": best})
         best_state = {k: v.detach().clone() for k, v in params.items()}
@@ -233,6 +249,8 @@ def finetune_codebooks(
                 best = score
                 best_state = {k: v.detach().clone() for k, v in params.items()}
     model.train(was_training)
+    for p in frozen:
+        p.requires_grad_(True)
 
     out = {}
     for layer in prepared:
