@@ -128,15 +128,17 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 @torch.no_grad()
-def layer_checks(model: nn.Module, seed: int) -> dict[str, float]:
+def layer_checks(model: nn.Module, seed: int) -> dict:
     """Each compressed Linear of the first decoder layer on the same random activations (rms 1), kernel
     vs reference, for M = 1 and 16 tokens: the kernels' own error, free of the amplification a deep
-    random network applies to it. Returns the worst relative error per M."""
+    random network applies to it. Returns the worst relative error per M, and per path (every way
+    `kernel_paths` offers, not only the one the path table picks)."""
     from compress.runtime.qlinear import QuantLinear
 
     layer0 = model.model.layers[0]
     mods = [m for m in layer0.modules() if isinstance(m, QuantLinear)]
-    out = {}
+    out: dict = {}
+    paths: dict[str, float] = {}
     g = torch.Generator().manual_seed(seed + 2)
     for m_tokens in (1, 16):
         worst = 0.0
@@ -146,7 +148,12 @@ def layer_checks(model: nn.Module, seed: int) -> dict[str, float]:
             with reference_backend(mod):
                 r = mod(x)
             worst = max(worst, _rel(y, r))
+            if mod.backend == "kernel":
+                for name, fn in mod.kernel_paths(x):
+                    paths[name] = max(paths.get(name, 0.0), _rel(fn(), r))
         out[f"M={m_tokens}"] = worst
+    if paths:
+        out["paths"] = paths
     return out
 
 
