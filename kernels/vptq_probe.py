@@ -78,7 +78,7 @@ def main() -> None:
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     dev = torch.device("cuda")
-    names = list(vptq_cuda.VARIANTS)
+    names = ["w16", "w8", "w8r"]  # w16r: the 16-warp build spills either way (see NOTES); not timed
     t0 = time.time()
     vptq_cuda.prebuild(dev, names)
     build_s = time.time() - t0
@@ -104,7 +104,6 @@ def main() -> None:
                    "torch_ms": time_ms(lambda: F.linear(x, w))}
             variants = {nm: {"name": nm} for nm in names}
             variants["w8_cl2"] = {"name": "w8", "cluster": 2}
-            variants["w8r_cl2"] = {"name": "w8r", "cluster": 2}
             for name, kw in variants.items():
                 fn = cuda_call(x, n, d, **kw)
                 y1 = fn().clone()
@@ -123,17 +122,20 @@ def main() -> None:
             (out_dir / "probe.json").write_text(json.dumps({"info": info, "rows": rows}, indent=1))
     # Pick the variant with the lowest geometric-mean ratio among those that are right and deterministic.
     score = {}
-    for name in [*names, "w8_cl2", "w8r_cl2"]:
+    for name in [*names, "w8_cl2"]:
         ok = all(r[f"{name}_err"] < 3e-3 and r[f"{name}_det"] for r in rows)
         if ok:
             score[name] = math.exp(sum(math.log(r[f"{name}_ms"] / r["torch_ms"]) for r in rows) / len(rows))
-    best = min(score, key=score.get)
+    best = min(score, key=score.get) if score else None
     print(f"\nbuild {build_s:.1f}s  floor {floor * 1e3:.1f}us")
     print("geo-mean ratio per variant:", {k: round(v, 3) for k, v in score.items()}, "-> best", best)
     if args.choice:
-        nm, _, cl = best.partition("_cl")
-        Path(args.choice).write_text(f"export COMPRESS_VPTQ_VARIANT={nm} COMPRESS_VPTQ_CLUSTER={cl or 1}\n")
-    cols = [*names, "w8_cl2", "w8r_cl2"]
+        if best is None:  # no variant was right on every row: the table must measure a correct kernel
+            Path(args.choice).write_text("export COMPRESS_VPTQ_CUDA=0\n")
+        else:
+            nm, _, cl = best.partition("_cl")
+            Path(args.choice).write_text(f"export COMPRESS_VPTQ_VARIANT={nm} COMPRESS_VPTQ_CLUSTER={cl or 1}\n")
+    cols = [*names, "w8_cl2"]
     print(f"{'in':>6} {'out':>6} {'cb':>9} {'plan':>7} {'torch':>7} " + " ".join(f"{c:>7}" for c in cols)
           + "  prolog  launch  notail")
     for r in rows:

@@ -198,23 +198,29 @@ vptq_gemv_kernel(const uint16_t* __restrict__ x, const int32_t* __restrict__ idx
     }
   }
 
-  // Warm L2 and the TLB for what the tail touches (counter, partials, scale, bias, y): after an L2
-  // flush each is a page walk plus a DRAM trip, and the tail runs them one after another.
+  // Warm the TLB and L2 for what the tail touches (counter, own partial, the tile's partials, scale,
+  // bias, y): after an L2 flush each first touch is a page walk plus a DRAM trip, and the tail would
+  // otherwise take them one after another. Real loads (a prefetch may be dropped on a TLB miss),
+  // waited for before the codebook barrier, where they overlap the codebook copy.
+  uint32_t warm = 0;
   if (active && mode == 0) {
+    constexpr int LINES = SLOTS * 8 * 2 / 128;  // 128-byte lines of one tile's fp16 outputs
     const long tile_n0 = (long)t * SLOTS * 8;
-    const int line = tid - 4;  // threads 4.. : one 128-byte line each of scale, bias, y for the tile
-    if (tid == 0) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(counters + t));
-    if (tid == 1) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(ws + (long)blockIdx.x * SLOTF));
-    if (tid == 2) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(ws + (long)t * cpt * SLOTF));
-    if (line >= 0 && line < 3 * (SLOTS * 8 * 2 / 128)) {
-      const int which = line / (SLOTS * 8 * 2 / 128);
-      const long n = tile_n0 + (long)(line % (SLOTS * 8 * 2 / 128)) * 64;
+    const int line = tid - 3;
+    const uint32_t* p = nullptr;
+    if (tid == 0) p = reinterpret_cast<const uint32_t*>(counters + t);
+    if (tid == 1) p = reinterpret_cast<const uint32_t*>(ws + (long)blockIdx.x * SLOTF);
+    if (tid == 2) p = reinterpret_cast<const uint32_t*>(ws + (long)t * cpt * SLOTF);
+    if (line >= 0 && line < 3 * LINES) {
+      const long n = tile_n0 + (long)(line % LINES) * 64;
+      const int which = line / LINES;
       if (n < N) {
-        const void* p = which == 0 ? (const void*)(scale ? scale + n : nullptr)
-                      : which == 1 ? (const void*)(bias ? bias + n : nullptr) : (const void*)(out + n);
-        if (p != nullptr) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
+        if (which == 0 && scale != nullptr) p = reinterpret_cast<const uint32_t*>(scale + (n & ~1L));
+        if (which == 1 && bias != nullptr) p = reinterpret_cast<const uint32_t*>(bias + (n & ~1L));
+        if (which == 2) p = reinterpret_cast<const uint32_t*>(out + (n & ~1L));
       }
     }
+    if (p != nullptr) warm = __ldcg(p);
   }
 
   // This lane's slots and where their bits start in a row.
@@ -255,6 +261,7 @@ vptq_gemv_kernel(const uint16_t* __restrict__ x, const int32_t* __restrict__ idx
       }
     }
   }
+  if (warm == 0x7FC00001u) s_last = 1;  // uses the warming load (waits for it); never true in practice
   if (mode != 2) {
     if (cl > 1) {
       wait_codebook_multicast(&s_bar);
@@ -389,8 +396,8 @@ vptq_gemv_kernel(const uint16_t* __restrict__ x, const int32_t* __restrict__ idx
   if (!s_last) return;
 
   // 3. Last CTA of tile t: sum the partials in CTA order, apply scale / bias, write y.
-  //    One float4 of the tile per thread (GT=4: two threads per float4, each over half the
-  //    partials, combined in shared memory), 8 loads in flight: the partials sit in L2.
+  //    Each thread owns PER float4s of the tile (or, with SPLIT threads per float4, a share of the
+  //    partials, combined in shared memory in fixed order); the partials sit in L2.
   const float* parts = ws + (long)t * cpt * SLOTF;
   float sx = 0.f;
   if (bias != nullptr) {  // every warp computes the same x sum in the same order
@@ -398,32 +405,42 @@ vptq_gemv_kernel(const uint16_t* __restrict__ x, const int32_t* __restrict__ idx
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) sx += __shfl_xor_sync(0xFFFFFFFFu, sx, o);
   }
-  constexpr int F4 = TILEF / 4;                              // float4s per tile: 512 (GT=8) or 256 (GT=4)
-  constexpr int SPLIT = THREADS > F4 ? THREADS / F4 : 1;      // threads per float4
-  for (int fb = 0; fb < F4; fb += THREADS / SPLIT) {
-    const int f4 = fb + tid % (THREADS / SPLIT), h = tid / (THREADS / SPLIT);
-    const int p0 = cpt * h / SPLIT, p1 = cpt * (h + 1) / SPLIT;
-    float4 s4 = make_float4(0.f, 0.f, 0.f, 0.f);
+  constexpr int F4 = TILEF / 4;                          // float4s per tile: 512 (GT=8) or 256 (GT=4)
+  constexpr int SPLIT = THREADS > F4 ? THREADS / F4 : 1;  // threads per float4 (16 warps, GT=4: 2)
+  constexpr int PER = F4 > THREADS ? F4 / THREADS : 1;    // float4s per thread (8 warps, GT=8: 2)
+  constexpr int SPAN = THREADS / SPLIT;                   // threads covering the tile once
+  const int f4base = tid % SPAN, h = tid / SPAN;
+  const int p0 = cpt * h / SPLIT, p1 = cpt * (h + 1) / SPLIT;
+  float4 s4[PER];
+#pragma unroll
+  for (int e = 0; e < PER; ++e) s4[e] = make_float4(0.f, 0.f, 0.f, 0.f);
+  // PER x 8 independent L2 loads in flight per thread; the sums stay in partial order.
 #pragma unroll 8
-    for (int p = p0; p < p1; ++p) {
-      const float4 v = __ldcg(reinterpret_cast<const float4*>(parts + (long)p * SLOTF) + f4);
-      s4.x += v.x; s4.y += v.y; s4.z += v.z; s4.w += v.w;
+  for (int p = p0; p < p1; ++p) {
+#pragma unroll
+    for (int e = 0; e < PER; ++e) {
+      const float4 v = __ldcg(reinterpret_cast<const float4*>(parts + (long)p * SLOTF) + f4base + e * SPAN);
+      s4[e].x += v.x; s4[e].y += v.y; s4[e].z += v.z; s4[e].w += v.w;
     }
-    if constexpr (SPLIT > 1) {
-      float4* s_half = reinterpret_cast<float4*>(s_red);
-      if (h == 1) s_half[f4] = s4;
-      __syncthreads();
-      if (h == 0) {
-        const float4 v = s_half[f4];
-        s4.x += v.x; s4.y += v.y; s4.z += v.z; s4.w += v.w;
-      }
-    }
+  }
+  if constexpr (SPLIT > 1) {
+    float4* s_half = reinterpret_cast<float4*>(s_red);
+    if (h == 1) s_half[f4base] = s4[0];
+    __syncthreads();
     if (h == 0) {
+      const float4 v = s_half[f4base];
+      s4[0].x += v.x; s4[0].y += v.y; s4[0].z += v.z; s4[0].w += v.w;
+    }
+  }
+  if (h == 0) {
+#pragma unroll
+    for (int e = 0; e < PER; ++e) {
+      const int f4 = f4base + e * SPAN;
       // Buffer position f = 4*f4 + comp = rr*512 + (k4*32 + lane')*4 + comp -> slot q, element i of lane'.
       const int rr = f4 / 128, r = f4 % 128, ln = r % 32, k4 = r / 32;
       const int q = 2 * rr + k4 / 2, i0 = (k4 % 2) * 4;
       const long n0 = ((long)(t * 32 + ln) * GT + q) * 8 + i0;
-      const float sv[4] = {s4.x, s4.y, s4.z, s4.w};
+      const float sv[4] = {s4[e].x, s4[e].y, s4[e].z, s4[e].w};
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         const long n = n0 + c;
