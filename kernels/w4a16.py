@@ -264,6 +264,37 @@ def _dequant_slice(words, zz, sc, J: tl.constexpr, ASYM: tl.constexpr, IS_BF16: 
 
 
 @triton.jit
+def _tc_x(x_rows, blk, J: tl.constexpr, r_c, K, m_mask, ok):
+    """Activation slice J of a step: x^T rows k = blk * 128 + 16 J + r, as a (16 NB, BM) tile."""
+    kk = blk * 128 + J * 16 + r_c
+    return tl.load(x_rows + kk[:, None], mask=((kk < K) & ok)[:, None] & m_mask[None, :], other=0.0)
+
+
+@triton.jit
+def _tc_sz(s_ptr, z_ptr, blk, J: tl.constexpr, c_ok, K, N, offs_n, n_mask, GROUP: tl.constexpr, ASYM: tl.constexpr,
+           IS_BF16: tl.constexpr, ok):
+    """Scales (and base + zero points, when ASYM) of the group holding slice J, per column of the step."""
+    k_first = blk * 128 + J * 16
+    g_ok = n_mask[:, None] & (c_ok & (k_first < K) & ok)[None, :]
+    g_off = (k_first // GROUP)[None, :] * N + offs_n[:, None]
+    sc = tl.load(s_ptr + g_off, mask=g_ok, other=0.0)
+    zz = sc  # unused unless ASYM
+    if ASYM:
+        zf = tl.load(z_ptr + g_off, mask=g_ok, other=0).to(tl.float32)
+        zz = (zf + (128.0 if IS_BF16 else 1024.0)).to(sc.dtype)
+    return sc, zz
+
+
+@triton.jit
+def _tc_slice(acc, words, zz, sc, xt, J: tl.constexpr, ASYM: tl.constexpr, IS_BF16: tl.constexpr, DOT_F32: tl.constexpr,
+              USE_ASM: tl.constexpr):
+    w = _dequant_slice(words, zz.to(xt.dtype), sc.to(xt.dtype), J, ASYM, IS_BF16, USE_ASM)
+    if DOT_F32:  # Triton's CPU interpreter multiplies bf16 bit patterns as integers
+        return tl.dot(w.to(tl.float32), xt.to(tl.float32), acc)
+    return tl.dot(w, xt, acc)
+
+
+@triton.jit
 def _w4a16_tc_kernel(
     # tensors
     x_ptr,  # (M, K) fp16/bf16
@@ -293,6 +324,7 @@ def _w4a16_tc_kernel(
     BN: tl.constexpr,
     BM: tl.constexpr,
     NB: tl.constexpr,  # 128-blocks per step (one product of K = 16 * NB per slice)
+    PREFETCH: tl.constexpr = False,  # load the next step's activation slices and scales a step ahead
 ):
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
@@ -304,7 +336,7 @@ def _w4a16_tc_kernel(
     offs_c = tl.arange(0, 16 * NB)  # column of the step's words tile: block c // 16, word c % 16
     blk_c = offs_c // 16
     r_c = offs_c % 16
-    xdt = x_ptr.dtype.element_ty
+    HALF: tl.constexpr = GROUP == 64
 
     s_start = pid_s * STEPS_PER_SPLIT
     s_end = tl.minimum(s_start + STEPS_PER_SPLIT, tl.cdiv(TOTAL_BLOCKS, NB))
@@ -312,30 +344,61 @@ def _w4a16_tc_kernel(
     x_rows = x_ptr + offs_m[None, :] * stride_xm  # (1, BM)
 
     acc = tl.zeros([BN, BM], dtype=tl.float32)
-    for st in range(s_start, s_end):
-        blk = st * NB + blk_c  # (16 NB,) block of each column
+    if PREFETCH:
+        ok = s_start < s_end
+        blk = s_start * NB + blk_c
         c_ok = blk < TOTAL_BLOCKS
-        words = tl.load(q_rows + st * NB * 16, mask=n_mask[:, None] & c_ok[None, :], other=0)
-        for j in tl.static_range(8):
-            if (j * 16) % GROUP == 0:  # first slice of a group: that group's scales (and zero points)
-                k_first = blk * 128 + j * 16
-                g_ok = n_mask[:, None] & (c_ok & (k_first < K))[None, :]
-                g_off = (k_first // GROUP)[None, :] * N + offs_n[:, None]
-                sc = tl.load(s_ptr + g_off, mask=g_ok, other=0.0)
-                zz = sc  # unused unless ASYM
-                if ASYM:
-                    zf = tl.load(z_ptr + g_off, mask=g_ok, other=0).to(tl.float32)
-                    if IS_BF16:
-                        zz = (zf + 128.0).to(xdt)
-                    else:
-                        zz = (zf + 1024.0).to(xdt)
-            w = _dequant_slice(words, zz, sc, j, ASYM, IS_BF16, USE_ASM)
-            kk = blk * 128 + j * 16 + r_c  # (16 NB,) absolute k of each column
-            xt = tl.load(x_rows + kk[:, None], mask=(kk < K)[:, None] & m_mask[None, :], other=0.0)  # (16 NB, BM)
-            if DOT_F32:  # Triton's CPU interpreter multiplies bf16 bit patterns as integers
-                acc = tl.dot(w.to(tl.float32), xt.to(tl.float32), acc)
-            else:
-                acc = tl.dot(w, xt, acc)
+        x0 = _tc_x(x_rows, blk, 0, r_c, K, m_mask, ok)
+        x1 = _tc_x(x_rows, blk, 1, r_c, K, m_mask, ok)
+        x2 = _tc_x(x_rows, blk, 2, r_c, K, m_mask, ok)
+        x3 = _tc_x(x_rows, blk, 3, r_c, K, m_mask, ok)
+        x4 = _tc_x(x_rows, blk, 4, r_c, K, m_mask, ok)
+        x5 = _tc_x(x_rows, blk, 5, r_c, K, m_mask, ok)
+        x6 = _tc_x(x_rows, blk, 6, r_c, K, m_mask, ok)
+        x7 = _tc_x(x_rows, blk, 7, r_c, K, m_mask, ok)
+        sc_lo, zz_lo = _tc_sz(s_ptr, z_ptr, blk, 0, c_ok, K, N, offs_n, n_mask, GROUP, ASYM, IS_BF16, ok)
+        sc_hi, zz_hi = sc_lo, zz_lo
+        if HALF:
+            sc_hi, zz_hi = _tc_sz(s_ptr, z_ptr, blk, 4, c_ok, K, N, offs_n, n_mask, GROUP, ASYM, IS_BF16, ok)
+        for st in range(s_start, s_end):
+            blk = st * NB + blk_c
+            c_ok = blk < TOTAL_BLOCKS
+            words = tl.load(q_rows + st * NB * 16, mask=n_mask[:, None] & c_ok[None, :], other=0)
+            ok = st + 1 < s_end
+            nblk = blk + NB
+            n_ok = nblk < TOTAL_BLOCKS
+            y0 = _tc_x(x_rows, nblk, 0, r_c, K, m_mask, ok)
+            y1 = _tc_x(x_rows, nblk, 1, r_c, K, m_mask, ok)
+            y2 = _tc_x(x_rows, nblk, 2, r_c, K, m_mask, ok)
+            y3 = _tc_x(x_rows, nblk, 3, r_c, K, m_mask, ok)
+            y4 = _tc_x(x_rows, nblk, 4, r_c, K, m_mask, ok)
+            y5 = _tc_x(x_rows, nblk, 5, r_c, K, m_mask, ok)
+            y6 = _tc_x(x_rows, nblk, 6, r_c, K, m_mask, ok)
+            y7 = _tc_x(x_rows, nblk, 7, r_c, K, m_mask, ok)
+            tc_lo, tz_lo = _tc_sz(s_ptr, z_ptr, nblk, 0, n_ok, K, N, offs_n, n_mask, GROUP, ASYM, IS_BF16, ok)
+            tc_hi, tz_hi = tc_lo, tz_lo
+            if HALF:
+                tc_hi, tz_hi = _tc_sz(s_ptr, z_ptr, nblk, 4, n_ok, K, N, offs_n, n_mask, GROUP, ASYM, IS_BF16, ok)
+            acc = _tc_slice(acc, words, zz_lo, sc_lo, x0, 0, ASYM, IS_BF16, DOT_F32, USE_ASM)
+            acc = _tc_slice(acc, words, zz_lo, sc_lo, x1, 1, ASYM, IS_BF16, DOT_F32, USE_ASM)
+            acc = _tc_slice(acc, words, zz_lo, sc_lo, x2, 2, ASYM, IS_BF16, DOT_F32, USE_ASM)
+            acc = _tc_slice(acc, words, zz_lo, sc_lo, x3, 3, ASYM, IS_BF16, DOT_F32, USE_ASM)
+            acc = _tc_slice(acc, words, zz_hi, sc_hi, x4, 4, ASYM, IS_BF16, DOT_F32, USE_ASM)
+            acc = _tc_slice(acc, words, zz_hi, sc_hi, x5, 5, ASYM, IS_BF16, DOT_F32, USE_ASM)
+            acc = _tc_slice(acc, words, zz_hi, sc_hi, x6, 6, ASYM, IS_BF16, DOT_F32, USE_ASM)
+            acc = _tc_slice(acc, words, zz_hi, sc_hi, x7, 7, ASYM, IS_BF16, DOT_F32, USE_ASM)
+            x0, x1, x2, x3, x4, x5, x6, x7 = y0, y1, y2, y3, y4, y5, y6, y7
+            sc_lo, zz_lo, sc_hi, zz_hi = tc_lo, tz_lo, tc_hi, tz_hi
+    else:
+        for st in range(s_start, s_end):
+            blk = st * NB + blk_c  # (16 NB,) block of each column
+            c_ok = blk < TOTAL_BLOCKS
+            words = tl.load(q_rows + st * NB * 16, mask=n_mask[:, None] & c_ok[None, :], other=0)
+            for j in tl.static_range(8):
+                if (j * 16) % GROUP == 0:  # first slice of a group: that group's scales (and zero points)
+                    sc, zz = _tc_sz(s_ptr, z_ptr, blk, j, c_ok, K, N, offs_n, n_mask, GROUP, ASYM, IS_BF16, True)
+                xt = _tc_x(x_rows, blk, j, r_c, K, m_mask, True)
+                acc = _tc_slice(acc, words, zz, sc, xt, j, ASYM, IS_BF16, DOT_F32, USE_ASM)
 
     ptrs = out_ptr + offs_m[None, :] * stride_om + offs_n[:, None]
     local = tl.arange(0, BN)[:, None] * BM + tl.arange(0, BM)[None, :]
@@ -576,7 +639,7 @@ def _config(m: int, n: int) -> dict:
     if tuned:
         return tuned
     if m <= 16:
-        return {"kind": "tcx", "BM": 16, "BN": 128, "num_warps": 4, "num_stages": 2, "waves": 4}
+        return {"kind": "tc", "BM": 16, "BN": 128, "num_warps": 8, "num_stages": 2, "NB": 2}
     if m <= 64:
         return {"kind": "tc", "BM": 64, "BN": 128, "num_warps": 8, "num_stages": 2, "NB": 1}
     return {"kind": "dequant"}

@@ -15,6 +15,7 @@ CONFIGS = [None, {"kind": "gemv", "BN": 16, "num_warps": 4, "split": 2},
            {"kind": "tc", "BM": 16, "BN": 16, "num_warps": 1, "split": 2},
            {"kind": "tc", "BM": 16, "BN": 32, "num_warps": 2, "NB": 2},
            {"kind": "tcx", "BM": 16, "BN": 32, "num_warps": 2, "split": 2},
+           {"kind": "tc", "BM": 16, "BN": 32, "num_warps": 2, "NB": 2, "prefetch": True, "split": 2},
            {"kind": "dequant"}]
 
 
@@ -23,7 +24,7 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a.float() - b.float()).norm() / b.float().norm()).item()
 
 
-@pytest.mark.parametrize("cfg", CONFIGS, ids=["default", "gemv", "mma", "tc", "tc-nb2", "tcx", "dequant"])
+@pytest.mark.parametrize("cfg", CONFIGS, ids=["default", "gemv", "mma", "tc", "tc-nb2", "tcx", "tc-prefetch", "dequant"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("group_size,symmetric", [(128, True), (64, False)])
 @pytest.mark.parametrize("shape", TEST_SHAPES_INT4[:3])

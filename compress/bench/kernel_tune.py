@@ -91,9 +91,10 @@ def _w4a16_configs(m: int) -> list[dict]:
     if FINAL:
         if m <= 16:
             return [{"kind": "tcx", "BM": 16, "BN": bn, "num_warps": nw, "num_stages": st, "waves": wv}
-                    for bn, nw, st, wv in [(128, 4, 2, 2), (128, 4, 2, 4), (256, 4, 2, 2), (256, 8, 2, 2), (128, 4, 3, 4),
-                                           (64, 4, 2, 4), (128, 8, 2, 4)]] + \
-                   [{"kind": "tc", "BM": 16, "BN": 128, "num_warps": 8, "num_stages": 2, "NB": 2}]
+                    for bn, nw, st, wv in [(128, 4, 2, 2), (128, 4, 2, 4), (256, 4, 2, 2), (256, 8, 2, 2), (128, 4, 3, 4)]] + \
+                   [{"kind": "tc", "BM": 16, "BN": bn, "num_warps": nw, "num_stages": st, "NB": nb}
+                    for bn, nw, st, nb in [(128, 8, 2, 2), (128, 8, 3, 2), (128, 8, 2, 4), (256, 8, 2, 2), (64, 4, 2, 4)]] + \
+                   [{"kind": "tc", "BM": 16, "BN": 128, "num_warps": 8, "num_stages": 2, "NB": 2, "prefetch": True}]
         if m <= 64:
             return [{"kind": "tcx", "BM": 32, "BN": 128, "num_warps": 4, "num_stages": 2},
                     {"kind": "tcx", "BM": 32, "BN": 128, "num_warps": 4, "num_stages": 2, "waves": 1},

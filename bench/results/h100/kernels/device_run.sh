@@ -14,13 +14,13 @@ if ls .whl_k/*.whl >/dev/null 2>&1; then  # gemlite, a peer (pure Python + Trito
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv 2>&1 | tee -a "$LOG"
 echo "== tune" | tee -a "$LOG"
-timeout 120 python3 -m compress.bench.kernel_tune --final --write "$OUT/kernels/tuned.json" w4a16 w8a8 sparse24 2>&1 \
+timeout 140 python3 -m compress.bench.kernel_tune --final --write "$OUT/kernels/tuned.json" w4a16 w8a8 sparse24 2>&1 \
   | tee -a "$LOG" | grep -E "^\[tune\]|ERROR|failed" | cut -c1-200
 export COMPRESS_KERNEL_CONFIGS="$OUT/kernels/tuned.json"
 echo "== bench" | tee -a "$LOG"
-COMPRESS_BENCH_GEMLITE_M=1,16 COMPRESS_BENCH_GEMLITE_S=30 timeout 185 python3 -m compress.bench.kernels \
+COMPRESS_BENCH_GEMLITE_M=1,16 COMPRESS_BENCH_GEMLITE_S=30 timeout 175 python3 -m compress.bench.kernels \
   --suite w4a16 --suite w8a8 --suite sparse24 --output "$OUT/kernels" 2>&1 | tee -a "$LOG" | tail -12
 echo "== gpu tests" | tee -a "$LOG"
-timeout 75 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_w4a16.py tests/test_kernels_w8a8.py \
+timeout 70 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_w4a16.py tests/test_kernels_w8a8.py \
   tests/test_kernels_sparse24.py 2>&1 | tee -a "$LOG" | tail -4
 cat "$OUT/kernels/tuned.json"
