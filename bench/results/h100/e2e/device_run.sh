@@ -28,5 +28,9 @@ case "$stage" in
       e2e --synthetic $arch --formats fp16,w4a16,w8a8 --workloads "${WORKLOADS:-interactive,decode_bound}" \
           --runs 3 --output "$work/$arch" 2>&1 | tee "$work/$arch.log" | quiet
     done ;;
+  session2)  # session 2's one call: bench/results/h100/e2e/session2_run.py (stages by priority, time budget)
+    # $CKPTS: real checkpoints written here by `compress run` (git-ignored, carried), e.g. out/e2e_stories
+    timeout 515 python3 bench/results/h100/e2e/session2_run.py "$work" "${BUDGET:-480}" "${CKPTS:-}" 2>&1 \
+      | tee "$work/session2.log" | quiet ;;
 esac
 tar -czf "$out/e2e_$stage.tgz" -C "$work" .

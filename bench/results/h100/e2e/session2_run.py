@@ -23,20 +23,17 @@ t0 = time.time()
 
 # (folder, needs_s, options): needs_s = the time the stage was estimated to take (not started with less left)
 STAGES = [
-    ("llama-3-8b", 170, dict(synthetic="llama-3-8b", formats="fp16,w4a16,w8a8", workloads="decode_bound,interactive",
-                             runs=3, profile=True)),
+    ("llama-3-8b", 200, dict(synthetic="llama-3-8b", formats="fp16,w4a16,w8a8",
+                             workloads="decode_bound,interactive,medium_batch", runs=3, profile=True)),
     ("qwen3-8b", 60, dict(synthetic="qwen3-8b", formats="w4a16", workloads="decode_bound,interactive", runs=3)),
 ]
 if ckpt_dir is not None and ckpt_dir.is_dir():
     ckpts = sorted(p for p in ckpt_dir.iterdir() if (p / "config.json").is_file())
-    STAGES.append(("stories260k", 50, dict(checkpoints=ckpts, workloads="interactive,medium_batch,base,high_concurrency",
+    STAGES.append(("stories260k", 45, dict(checkpoints=ckpts, workloads="interactive,medium_batch,base,high_concurrency",
                                            runs=3)))
-STAGES += [
-    ("llama-3-8b_new", 150, dict(synthetic="llama-3-8b", formats="w8a16,w8a8-sparse24,vptq",
-                                 workloads="decode_bound,interactive", runs=2)),
-    ("llama-3-8b_batch", 80, dict(synthetic="llama-3-8b", formats="sparse24,w8a8-sparse24,fp16",
-                                  workloads="medium_batch", runs=2)),
-]
+# Formats not measured on the GPU before (batch 1 from the 64-token interactive workload) and 2:4's batched decode.
+STAGES.append(("llama-3-8b_more", 110, dict(synthetic="llama-3-8b", formats="w8a16,sparse24,w8a8-sparse24,vptq",
+                                             workloads="interactive,medium_batch", runs=2)))
 
 summary = []
 for folder, needs, opts in STAGES:
@@ -53,11 +50,22 @@ for folder, needs, opts in STAGES:
     s0 = time.time()
     try:
         doc = run_e2e(checkpoints=ckpts, output=out / folder, command=cmd, **opts)
-        print(doc["markdown"].split("## Decode bound")[1].split("## Correctness")[0] if "## Decode bound" in doc["markdown"]
-              else "", flush=True)
-        summary.append({"stage": folder, "seconds": round(time.time() - s0, 1), "command": cmd})
+        rows = []
+        for r in doc["results"]:
+            st = r.get("stats") or {}
+            if st:
+                rows.append(f"RESULT {r['model']:34s} {r['workload']:13s} TTFT {st['ttft_ms']['mean']:8.2f} ms  "
+                            f"TPOT {st['tpot_ms']['mean']:7.3f} ms  {st['output_tps']['mean']:9.1f} tok/s")
+        for m in doc["models"]:
+            rows.append(f"RESULT {m['label']:34s} bound {m.get('bound_ms') or 0:.3f} ms  weights {m.get('weight_bytes', 0) / 1e9:.3f} GB"
+                        + (f"  ERROR {m['error']}" if m.get("error") else ""))
+        print("\n".join(rows), flush=True)
+        summary.append({"stage": folder, "seconds": round(time.time() - s0, 1), "command": cmd, "rows": rows})
     except Exception as e:  # keep the other stages' measurements
         traceback.print_exc()
         summary.append({"stage": folder, "error": f"{type(e).__name__}: {e}"[:300]})
 (out / "stages.json").write_text(json.dumps(summary, indent=1))
-print(json.dumps(summary, indent=1))
+for st in summary:
+    print(f"STAGE {st['stage']}: " + ", ".join(f"{k}={v}" for k, v in st.items() if k not in ("stage", "rows", "command")))
+    for row in st.get("rows", []):
+        print(row)
