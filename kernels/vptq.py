@@ -3,11 +3,13 @@
 Math (contract: /work/notes/VPTQ_FORMAT.md, reference decoder compress/vptq/format.py): with vector
 length v, vectors run down the output dimension, one input column j at a time, so for n = g*v + i
     y[m, n] = s[n] * sum_j x[m, j] * (C[idx[j, g], i] + R[ridx[j, g], i]) + t[n] * sum_j x[m, j].
-The GEMV kernel accumulates the bracket for a (BJ columns x BG vectors x v) tile and applies scale
-and bias once at the end; the v-wide codebook rows are 16-byte gathers that hit L1 (a 4096 x 8 fp16
-codebook is 64 KB), which is what "codebook in shared memory" buys in CUDA C++.
-Indices are read straight from the packed bit stream (b bits each, little-endian, may straddle two
-32-bit words).
+Batch 1 (decode) with v = 8, fp16 codebooks of 4096/8192 centroids and 0/256/512 residual centroids
+runs the CUDA C++ kernel (kernels/vptq_cuda.py, kernels/csrc/vptq_gemv.cu: both codebooks in shared
+memory, built with nvcc on first use). Everything else up to GEMV_MAX_M tokens runs the Triton GEMV
+here: it accumulates the bracket for a (BJ columns x BG vectors x v) tile and applies scale and bias
+once at the end; its v-wide codebook rows are 16-byte gathers through L1. Both read the packed bit
+stream of the checkpoint as is (b bits per index, little-endian, may straddle two 32-bit words): no
+re-layout at load time.
 
 Outlier columns (optional): their rows of the main indices are ignored; the launcher zeroes those
 activations for the main pass and adds a second pass over the outlier codebook with the gathered

@@ -33,13 +33,17 @@ MAIN_BITS = (12, 13)
 RES_BITS = (0, 8, 9)
 # Build variants: name -> (warps per CTA, rolled main loop). See the .cu header.
 VARIANTS = {"w16": (16, 0), "w16r": (16, 1), "w8": (8, 0), "w8r": (8, 1)}
-DEFAULT_VARIANT = "w8"
+# Measured (H100, kernels/vptq_probe.py, 16 seed-000 rows, geometric-mean ratio to torch): w16 0.888,
+# w8 + cluster 2 0.962, w8 0.998, w8r 1.02; the seed-000 table in bench/results/h100/kernels_vptq ran w16.
+DEFAULT_VARIANT = "w16"
 # Cost model behind `plan` (H100, kernels/vptq_probe.py, 2026-11-22): one SM decodes a vector (main +
 # residual lookups, shared-memory bound) in about 0.24 ns; each extra partial of a tile's split-K adds
 # about 0.06 us to the tail (the last CTA sums the partials). GT=4 pays ~10% more per vector.
 NS_PER_VECTOR = {8: 0.24, 4: 0.26}
 US_PER_PARTIAL = 0.06
 # CTAs per cluster sharing one L2 read of the main codebook (bulk-copy multicast); 1 = plain copies.
+# Multicast of 2 measured faster for 8192-centroid codebooks with 8 warps (see NOTES) but was not the
+# best variant overall; COMPRESS_VPTQ_CLUSTER selects it.
 DEFAULT_CLUSTER = 1
 
 _lock = threading.Lock()
