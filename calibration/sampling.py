@@ -35,11 +35,18 @@ class CalibrationSet:
     def tokens(self) -> int:
         return self.num_samples * self.seq_len
 
+    batch_size: int = 1
+
     def dataloader(self):
-        """A DataLoader that yields the samples as they are (llmcompressor accepts it unchanged)."""
+        """A DataLoader of (batch_size, seq_len) batches in sample order (llmcompressor accepts it as is).
+
+        Every window has the same length, so batches need no padding: the calibration forward passes
+        run batch_size windows at once (llmcompressor's own text path runs one document at a time,
+        since its documents differ in length)."""
         from torch.utils.data import DataLoader
 
-        return DataLoader(self.samples, batch_size=None, shuffle=False)
+        rows = [{k: v[0] for k, v in s.items()} for s in self.samples]  # (seq_len,) each
+        return DataLoader(rows, batch_size=self.batch_size, shuffle=False)
 
     def record(self) -> dict:
         return {
@@ -51,6 +58,7 @@ class CalibrationSet:
             "tokens": self.tokens,
             "stream_tokens": self.stream_tokens,
             "overlapping_windows": self.overlapping,
+            "batch_size": self.batch_size,
             "seed": self.seed,
         }
 
@@ -81,8 +89,15 @@ def _render(docs: Documents, tokenizer) -> list[str]:
     return [tokenizer.apply_chat_template(m, tokenize=False) for m in docs.docs]
 
 
+TOKENS_PER_BATCH = 8192  # auto batch size: windows per forward pass ~ this many tokens
+
+
+def auto_batch_size(num_samples: int, seq_len: int) -> int:
+    return max(1, min(num_samples, TOKENS_PER_BATCH // seq_len))
+
+
 def build_calibration_set(
-    docs: Documents, tokenizer, num_samples: int, seq_len: int, seed: int
+    docs: Documents, tokenizer, num_samples: int, seq_len: int, seed: int, batch_size: int | None = None
 ) -> CalibrationSet:
     """Shuffle documents by `seed`, join them into one token stream ("\n\n" between documents) and cut
     `num_samples` windows of `seq_len` tokens: consecutive when the stream is long enough, else at
@@ -128,6 +143,9 @@ def build_calibration_set(
         }
         for s in starts
     ]
+    if batch_size is not None and batch_size < 1:
+        raise CompressError(f"--batch-size must be at least 1, got {batch_size}")
     return CalibrationSet(
-        samples, seq_len, seed, docs.source, docs.sha256, len(texts), len(stream), overlapping, notes
+        samples, seq_len, seed, docs.source, docs.sha256, len(texts), len(stream), overlapping, notes,
+        batch_size or auto_batch_size(num_samples, seq_len),
     )

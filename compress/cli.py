@@ -77,6 +77,7 @@ def run(
     text_column: Annotated[Optional[str], typer.Option(help="Column of a .jsonl/.parquet dataset holding the text (default: text, or chat messages).")] = None,
     skip_unfit_layers: Annotated[bool, typer.Option("--skip-unfit-layers", help="Leave layers whose shape does not fit the scheme uncompressed instead of failing.")] = False,
     pack: Annotated[Optional[list[str]], typer.Option(help="Also write the layout a bundled kernel reads, beside the standard checkpoint: sparse24 (2:4 recipes), w4a16 (int4 recipes). Repeatable.")] = None,
+    batch_size: Annotated[Optional[int], typer.Option(help="Calibration windows per forward pass. Default: the recipe's, else about 8192 tokens' worth (16 at --seq-len 512). Lower it if memory runs out.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the run summary as JSON on stdout.")] = False,
 ):
     """Compress a model with a recipe, write the checkpoint atomically, and gate it on perplexity.
@@ -90,7 +91,7 @@ def run(
 
     opts = RunOptions(
         recipe, model, dataset, num_samples, seq_len, output, seed, device.value, force, eval_dataset,
-        eval_seq_len, max_windows, max_ppl_increase, text_column, skip_unfit_layers, list(pack or []),
+        eval_seq_len, max_windows, max_ppl_increase, text_column, skip_unfit_layers, list(pack or []), batch_size,
     )
     try:
         result = run_pipeline(opts, Progress(enabled=True))

@@ -47,6 +47,7 @@ class RunOptions:
     text_column: str | None = None
     skip_unfit_layers: bool = False
     pack: list[str] = field(default_factory=list)
+    batch_size: int | None = None
 
 
 @dataclass
@@ -135,7 +136,8 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunResult:
                     f"calibration data {docs.source} is the evaluation text ({eval_dataset}): calibrate on "
                     "another dataset (e.g. --dataset c4) or evaluate on another (--eval-dataset)"
                 )
-            calib = build_calibration_set(docs, tokenizer, num_samples, seq_len, opts.seed)
+            calib = build_calibration_set(docs, tokenizer, num_samples, seq_len, opts.seed,
+                                          opts.batch_size if opts.batch_size is not None else cal.batch_size)
             for note in calib.notes:
                 progress.note(note)
 

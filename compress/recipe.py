@@ -35,6 +35,7 @@ class CalibrationSection(BaseModel):
     num_samples: int = Field(128, ge=1)
     seq_len: int = Field(512, ge=2)
     text_column: str | None = None
+    batch_size: int | None = Field(None, ge=1)  # None: auto, about 8192 tokens per forward pass
 
 
 class ExportSection(BaseModel):

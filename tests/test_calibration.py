@@ -22,6 +22,23 @@ def test_c4_preset_resolves_offline_and_is_deterministic(stories_tokenizer):
     assert not all(torch.equal(x["input_ids"], y["input_ids"]) for x, y in zip(a.samples, c.samples))
 
 
+def test_dataloader_batches_windows_in_order_without_padding(stories_tokenizer):
+    from calibration.sampling import auto_batch_size
+
+    docs = load_documents("c4")
+    cal = build_calibration_set(docs, stories_tokenizer, 10, 64, seed=1, batch_size=4)
+    batches = list(cal.dataloader())
+    assert [b["input_ids"].shape for b in batches] == [(4, 64), (4, 64), (2, 64)]
+    assert torch.equal(torch.cat([b["input_ids"] for b in batches]), torch.cat([s["input_ids"] for s in cal.samples]))
+    assert all(bool(b["attention_mask"].all()) for b in batches)
+    assert cal.record()["batch_size"] == 4
+    assert auto_batch_size(128, 512) == 16 and auto_batch_size(128, 2048) == 4 and auto_batch_size(3, 512) == 3
+    assert auto_batch_size(8, 16384) == 1
+    assert build_calibration_set(docs, stories_tokenizer, 8, 64, seed=1).batch_size == 8
+    with pytest.raises(CompressError, match="--batch-size must be at least 1, got 0"):
+        build_calibration_set(docs, stories_tokenizer, 8, 64, seed=1, batch_size=0)
+
+
 def test_short_stream_draws_overlapping_windows_and_says_so(tmp_path, stories_tokenizer):
     f = tmp_path / "tiny.txt"
     f.write_text("Once upon a time there was a little cat. " * 20)
