@@ -5,9 +5,11 @@ Variants:
 - int8 values with per-channel scales and dynamic per-token int8 activations, the W8A8 math of
   kernels/w8a8.py (`sparse24_w8a8_linear`).
 Kernels:
-- `_sparse24_gemv_kernel` (decode, M <= GEMV_MAX_M): reads only the kept half of the weights plus
-  the 2-bit positions (2.25 bytes per kept fp16 value instead of 4 per dense pair) and picks the
-  matching activation with three selects from the four candidates of each group: no gather.
+- `_sparse24_gemv_f_kernel` / `_sparse24_gemv_i_kernel` ("prmt", decode, M <= GEMV_MAX_M): read only the kept
+  values and the 2-bit positions, gather the matching activations with PRMT (see the comment above them);
+  int8 runs on activations quantized once by kernels.w8a8.quantize_per_token and multiplies with dp4a.
+- `_sparse24_gemv_kernel` ("gemv"): session 2's select-based GEMV, kept for the sweeps and for int8 layers
+  whose in_features is not a multiple of 8.
 - `_sparse24_mma_kernel` (larger M): expands each (BN, BK/2) tile to dense (BN, BK) in registers and
   feeds the tensor cores (weights on the left, "swap AB").
 
@@ -406,8 +408,8 @@ def _config(m: int, int8: bool = False) -> dict:
     tuned = tuned_config("sparse24-int8" if int8 else "sparse24-fp16", m)
     if tuned:
         return tuned
-    if m <= GEMV_MAX_M:
-        return {"kind": "prmt", "BN": 16, "BW": 8, "num_warps": 4, "waves": 4}
+    if m <= GEMV_MAX_M:  # the H100 sweep of 2026-11-22 (bench/results/h100/kernels/tuned.json)
+        return {"kind": "prmt", "BN": 16, "BW": 8, "num_warps": 4, "waves": 4, **({"pdl": 1024} if int8 else {})}
     if m <= 16:
         return {"kind": "mma", "BM": 16, "BN": 64, "BK": 128, "num_warps": 4, "num_stages": 3}
     if m <= 64:

@@ -1,16 +1,18 @@
 """W4A16: int4 group-wise weights (compress.int4 layout) times fp16/bf16 activations.
 
-Two Triton kernels over the same packed weights:
-- `_w4a16_gemv_kernel` (decode, M <= GEMV_MAX_M): CUDA-core FMAs, split-K to fill the GPU.
-- `_w4a16_mma_kernel` (M above that): tensor-core products, weights as the left operand
-  ("swap AB": out^T = W @ x^T), so even M = 16 fills the 16-wide side of the instruction.
-Both dequantize with the exponent trick: OR-ing a nibble u into the mantissa of 2^23 (fp32), 1024
-(fp16) or 128 (bf16) gives the float base + u exactly, with no int->float conversion instruction
-(those run at a quarter of the FMA rate on Hopper). Scales multiply the group's partial sum once,
-not every weight.
+Kernels over the same packed weights (`_config` picks one per M; `kind` in a config names it):
+- `tc`: weights as the left tensor-core operand ("swap AB": out^T = W @ x^T, so M = 1..16 fills only the
+  16-wide side), dequantized in registers by inline PTX two at a time (PRMT/SHR/LOP3 with the 0x64006400
+  magic, then one f16x2/bf16x2 subtract and multiply by the scale), NB blocks of 128 per product; wgmma.
+- `tcx`: activations as the left operand (mma.sync, out = x @ W^T), the same paired dequantization without
+  the scale (applied per group to the fp32 partial sums), next block's activation slices prefetched.
+- `dequant`: one Triton pass writing the fp16/bf16 weight, then cuBLAS (large M).
+- `gemv` / `mma`: the scalar-dequantization kernels of session 2, kept for comparison in the sweeps.
+All dequantize with the exponent trick: OR-ing a nibble u into the mantissa of 1024 (fp16) or 128 (bf16)
+(2^23 in fp32 for the scalar kernels) gives base + u exactly, with no int->float conversion instruction.
 
-Public: `w4a16_linear` (launcher, registered as torch.ops.compress.w4a16_linear) and
-`w4a16_linear_ref` (plain torch, the same math).
+Public: `w4a16_linear` (launcher, registered as torch.ops.compress.w4a16_linear), `w4a16_linear_ref` (plain
+torch, the same math) and `dequantize_w4a16`.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from compress.packing.int4 import BLOCK_K, GROUP_SIZES, dequantize_int4, num_gro
 from kernels._common import (check_activation, check_device, interpreter_dot_f32, interpreting, plan_split_k, splitk_buffers,
                              splitk_epilogue, tuned_config)
 
-# Largest M served by the CUDA-core GEMV; above it the tensor-core kernel wins (see bench notes).
+# Largest M of session 2's CUDA-core GEMV (kept for the sweeps; `_config` no longer picks it).
 GEMV_MAX_M = 1
 
 
@@ -634,12 +636,15 @@ def _check(x, qweight, scales, zeros, group_size):
 
 
 def _config(m: int, n: int) -> dict:
-    """Kernel and tiles by M (measured on the H100: bench/results/h100/kernels/NOTES.md)."""
+    """Kernel and tiles by M: the winners of the H100 sweep of 2026-11-22 (bench/results/h100/kernels/tuned.json,
+    NOTES.md), which produced the W4A16 table there."""
     tuned = tuned_config("w4a16", m)
     if tuned:
         return tuned
+    if m == 1:
+        return {"kind": "tc", "BM": 16, "BN": 64, "num_warps": 4, "num_stages": 2, "NB": 4}
     if m <= 16:
-        return {"kind": "tc", "BM": 16, "BN": 128, "num_warps": 8, "num_stages": 2, "NB": 2}
+        return {"kind": "tc", "BM": 16, "BN": 128, "num_warps": 8, "num_stages": 3, "NB": 2}
     if m <= 64:
         return {"kind": "tc", "BM": 64, "BN": 128, "num_warps": 8, "num_stages": 2, "NB": 1}
     return {"kind": "dequant"}

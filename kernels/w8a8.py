@@ -5,12 +5,13 @@ Math (per token m, output channel n):
     y[m, n] = (sum_k q_x[m, k] * w[n, k]) * s_x[m] * s_w[n]          (int32 accumulation)
 
 Kernels:
-- `_w8a8_kernel` with QUANT_IN_KERNEL: each program scans its tokens' rows for the absmax, then
-  quantizes activation tiles in registers right before the int8 product: one launch, no int8
-  activation round trip through memory. Used for small M, where x is a few KB and sits in L2.
-  Weights are the left operand ("swap AB": out^T = W @ q_x^T), so M = 1..16 pads only to 16.
-- For large M every N-tile would re-scan the same rows, so `_quant_per_token_kernel` quantizes x
-  once and `_w8a8_kernel` (QUANT_IN_KERNEL=False) reads int8 activations.
+- `_quant_row_kernel` quantizes x once (one token per program, the row in registers; rows longer than
+  ROW_KERNEL_MAX_K use the blocked `_quant_per_token_kernel`), then `_w8a8_kernel` runs the int8 tensor-core
+  GEMM on int8 activations. Weights are the left operand ("swap AB"), so M = 1..16 pads only to 16. With
+  `pdl` in the config the GEMM is launched with programmatic dependent launch: it prefetches its first weight
+  bytes into L2 while the quantizer runs and waits (griddepcontrol.wait) before reading x.
+- `_w8a8_kernel` with QUANT_IN_KERNEL (config "fused": True): session 2's single-launch form (each program
+  scans its rows for the absmax and quantizes tiles in registers), kept for the sweeps.
 torch._int_mm needs M > 16; these kernels take any M.
 
 Public: `w8a8_linear`, `quantize_per_token` (+ `*_ref` plain-torch twins).
@@ -211,15 +212,15 @@ def _check(x, weight, w_scale):
 
 
 def _config(m: int) -> dict:
-    """Tiles by M (measured on the H100: bench/results/h100/kernels/NOTES.md). Every M quantizes x once
-    (`quantize_per_token`) and runs the int8 GEMM on int8 activations."""
+    """Tiles by M: the winners of the H100 sweep of 2026-11-22 (bench/results/h100/kernels/tuned.json,
+    NOTES.md), which produced the W8A8 table there. Every M quantizes x once (`quantize_per_token`)."""
     tuned = tuned_config("w8a8", m)
     if tuned:
         return tuned
     if m <= 16:
-        return {"BM": 16, "BN": 64, "BK": 256, "num_warps": 4, "num_stages": 4, "fused": False, "waves": 2}
+        return {"BM": 16, "BN": 64, "BK": 256, "num_warps": 4, "num_stages": 4, "fused": False, "waves": 2, "pdl": 2048}
     if m <= 64:
-        return {"BM": triton.next_power_of_2(m), "BN": 64, "BK": 128, "num_warps": 4, "num_stages": 3}
+        return {"BM": 64, "BN": 64, "BK": 256, "num_warps": 4, "num_stages": 3}
     return {"BM": 128, "BN": 64, "BK": 128, "num_warps": 4, "num_stages": 3}
 
 
