@@ -154,18 +154,20 @@ def test_fast_path_attention_kernel_matches_torch_attention(model_type):
 
 
 class _EveryPath:
-    """Stands in for paths.TABLE in a test: runs every candidate and checks that they agree."""
+    """Stands in for paths.TABLE in a test: runs every candidate, checks that they agree (relative
+    error < tol) and returns the output of candidate `pick`."""
 
-    def __init__(self):
-        self.keys = set()
+    def __init__(self, tol=1e-5, pick=0):
+        self.keys, self.tol, self.pick, self.worst = set(), tol, pick, 0.0
 
     def run(self, key, candidates, device):
         outs = [fn() for _, fn in candidates]
         for (name, _), o in zip(candidates[1:], outs[1:]):
             a, b = (outs[0][0], o[0]) if isinstance(o, tuple) else (outs[0], o)
-            assert _rel(b, a) < 1e-5, (key, name)
+            self.worst = max(self.worst, _rel(b, a))
+            assert _rel(b, a) < self.tol, (key, name, _rel(b, a))
         self.keys.add(key[0])
-        return outs[0]
+        return outs[self.pick]
 
 
 @needs_triton
@@ -247,7 +249,11 @@ CASES = [
                             pos_ptr=PI64, pm_ptr=P32, pl_ptr=P32, pacc_ptr=P32, out_ptr=P16, scale_log2="fp32"), ATT),
     (dk._gemv, dict(x_ptr=P16, w_ptr=P16, y_ptr=P16, N="i32"), dict(K=14336, BLOCK_N=16, BLOCK_K=512, SILU_MUL=True)),
     (dk._gemv_w8, dict(x_ptr=P16, q_ptr="*i8", s_ptr=P16, y_ptr=P16, N="i32"), dict(K=4096, G=32, GS=128, BLOCK_N=16, NG=4)),
-    (dk._add_rms_norm, dict(x_ptr=P16, y_ptr=P16, w_ptr=P16, s_ptr=P16, h_ptr=P16, eps="fp32"), dict(N=4096, BLOCK=4096)),
+    (dk._add_rms_norm, dict(x_ptr=P16, y_ptr=P16, w_ptr=P16, s_ptr=P16, h_ptr=P16, q_ptr="*i8", qs_ptr=P32, eps="fp32"),
+     dict(N=4096, BLOCK=4096, HAS_Y=True, QUANT=True)),
+    (dk._silu_mul_quant, dict(gu_ptr=P16, a_ptr=P16, q_ptr="*i8", qs_ptr=P32), dict(I=14336, BLOCK=16384)),
+    (dk._gemv_i8, dict(xq_ptr="*i32", xs_ptr=P32, w_ptr="*i32", ws_ptr=P32, y_ptr=P16, N="i32"),
+     dict(KW=3584, BLOCK_N=16, BLOCK_W=256, USE_ASM=True)),
 ]
 for fn, types, consts in CASES:
     sig = {n: "constexpr" if n in consts else types[n] for n in fn.arg_names}
@@ -269,4 +275,4 @@ def test_decode_kernels_compile_for_the_h100():
     r = subprocess.run([sys.executable, "-c", _AOT], capture_output=True, text=True, env=env, timeout=300)
     if "ptxas" in r.stderr and "not found" in r.stderr.lower():
         pytest.skip("this Triton install has no ptxas")
-    assert r.returncode == 0 and "compiled 5" in r.stdout, r.stderr[-2000:]
+    assert r.returncode == 0 and "compiled 7" in r.stdout, r.stderr[-2000:]

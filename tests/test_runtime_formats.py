@@ -8,6 +8,7 @@ dimensions are multiples of 128, so that group 64 and 128 both apply.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import warnings
 
 import pytest
@@ -242,6 +243,32 @@ def test_kernel_path_matches_reference(checkpoints, name):
     # tie between the two accumulation orders and propagate it (see E2E_TOL).
     tol = 3e-2 if "w8a8" in name else 2e-3
     assert _rel(a, b) < tol, _rel(a, b)
+
+
+def test_w8a8_prequantized_decode_matches_the_kernel_path(checkpoints, monkeypatch):
+    """One-token decode of a W8A8 model where the norms (and silu*up) quantize their outputs and the
+    runtime's int8 GEMV consumes them: the same int8 math as the W8A8 kernel quantizing x itself."""
+    if not _interpreter_works():
+        pytest.skip("Triton was imported before its CPU interpreter could be enabled")
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_runtime_fastpath import _EveryPath
+
+    from compress.runtime import fastpath
+
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    ker = rt.load(checkpoints["w8a8"], device=dev, dtype="float16", backend="kernel")
+    every = _EveryPath(tol=2e-2, pick=-1)  # return the int8 GEMV's output: it feeds the next layer
+    monkeypatch.setattr(fastpath, "TABLE", every)
+    ids = torch.randint(0, 512, (1, 5), generator=torch.Generator().manual_seed(7)).to(dev)
+    pre = fastpath.FastLM(ker, 1, 8, attn_kernel=True, prequant=True)
+    plain = fastpath.FastLM(ker, 1, 8, attn_kernel=True, prequant=False)
+    a, b = pre.prefill(ids), plain.prefill(ids)
+    tok = a.argmax(-1, keepdim=True)
+    a, b = pre.decode(tok), plain.decode(tok)
+    assert "w8a8_prequant" in every.keys  # the int8 GEMV ran (and agreed per layer)
+    assert _rel(a, b) < 2e-2
 
 
 def test_dense_real_model_is_exact():

@@ -21,6 +21,7 @@ On a CPU the kernels run in Triton's interpreter (tests only); importing `kernel
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 
@@ -307,30 +308,156 @@ def gemv_w8(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, group_size: i
 
 
 @triton.jit
-def _add_rms_norm(x_ptr, y_ptr, w_ptr, s_ptr, h_ptr, eps, N: tl.constexpr, BLOCK: tl.constexpr):
+def _round_half_even(v):
+    # Adding and removing 1.5 * 2^23 rounds an fp32 |v| < 2^22 to the nearest integer, ties to even
+    # (torch.round's rule; kernels/w8a8.py quantizes with the same trick).
+    return (v + 12582912.0) - 12582912.0
+
+
+@triton.jit
+def _quant_row(v, offs, mask, q_ptr, s_ptr, row_q, row_s):
+    """Dynamic per-token int8 of one row v (fp32 values of the activation dtype), exactly
+    kernels.w8a8.quantize_per_token: s = max(max|v|, 1e-8) / 127, q = clamp(rint(v / s), -127, 127)."""
+    amax = tl.max(tl.where(mask, tl.abs(v), 0.0), axis=0)
+    sc = tl.math.div_rn(tl.maximum(amax, 1e-8), 127.0)
+    q = _round_half_even(tl.math.div_rn(v, sc))
+    q = tl.minimum(tl.maximum(q, -127.0), 127.0).to(tl.int8)
+    tl.store(q_ptr + row_q + offs, q, mask=mask)
+    tl.store(s_ptr + row_s, sc)
+
+
+@triton.jit
+def _add_rms_norm(x_ptr, y_ptr, w_ptr, s_ptr, h_ptr, q_ptr, qs_ptr, eps, N: tl.constexpr, BLOCK: tl.constexpr,
+                  HAS_Y: tl.constexpr, QUANT: tl.constexpr):
     """One row per program, the whole row in registers: s = x + y (rounded to the activation dtype,
-    as the reference adds in it), h = w * (s * rsqrt(mean(s^2) + eps)).to(dtype)."""
-    row = tl.program_id(0).to(tl.int64) * N
+    as the reference adds in it), h = w * (s * rsqrt(mean(s^2) + eps)).to(dtype). QUANT: also h's
+    dynamic int8 quantization (the next W8A8 projection then needs no quantizer launch of its own)."""
+    pid = tl.program_id(0)
+    row = pid.to(tl.int64) * N
     offs = tl.arange(0, BLOCK)
     mask = offs < N
-    x = tl.load(x_ptr + row + offs, mask=mask, other=0.0)
-    s = x + tl.load(y_ptr + row + offs, mask=mask, other=0.0)
-    tl.store(s_ptr + row + offs, s, mask=mask)
+    s = tl.load(x_ptr + row + offs, mask=mask, other=0.0)
+    if HAS_Y:
+        s = s + tl.load(y_ptr + row + offs, mask=mask, other=0.0)
+        tl.store(s_ptr + row + offs, s, mask=mask)
     sf = s.to(tl.float32)
     r = 1.0 / tl.sqrt(tl.sum(sf * sf, axis=0) / N + eps)
     w = tl.load(w_ptr + offs, mask=mask, other=0.0)
-    h = (sf * r).to(x.dtype).to(tl.float32) * w.to(tl.float32)
-    tl.store(h_ptr + row + offs, h.to(h_ptr.dtype.element_ty), mask=mask)
+    h = ((sf * r).to(s.dtype).to(tl.float32) * w.to(tl.float32)).to(h_ptr.dtype.element_ty)
+    tl.store(h_ptr + row + offs, h, mask=mask)
+    if QUANT:
+        _quant_row(h.to(tl.float32), offs, mask, q_ptr, qs_ptr, row, pid)
 
 
-def add_rms_norm(x: torch.Tensor, y: torch.Tensor, w: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(x + y, rms_norm(x + y) * w) for (.., N) rows of one dtype (fastpath.add_rms_norm's math)."""
+def add_rms_norm(x: torch.Tensor, y: torch.Tensor | None, w: torch.Tensor, eps: float, quant: bool = False):
+    """(x + y, rms_norm(x + y) * w) for (.., N) rows of one dtype (fastpath.add_rms_norm's math; y None:
+    rms_norm(x) alone, returned as (x, h)). quant: also ((q int8 (M, N), scale fp32 (M,)) of h."""
     n = x.shape[-1]
-    x2, y2 = x.reshape(-1, n).contiguous(), y.reshape(-1, n).contiguous()
-    s, h = torch.empty_like(x2), torch.empty_like(x2)
+    x2 = x.reshape(-1, n).contiguous()
+    y2 = x2 if y is None else y.reshape(-1, n).contiguous()
+    s = x2 if y is None else torch.empty_like(x2)
+    h = torch.empty_like(x2)
+    m = x2.shape[0]
+    q = torch.empty(m, n, dtype=torch.int8, device=x.device) if quant else h
+    qs = torch.empty(m, dtype=torch.float32, device=x.device) if quant else h
     block = triton.next_power_of_2(n)
-    _add_rms_norm[(x2.shape[0],)](x2, y2, w, s, h, eps, N=n, BLOCK=block, num_warps=8 if block >= 4096 else 4)
-    return s.reshape(x.shape), h.reshape(x.shape)
+    _add_rms_norm[(m,)](x2, y2, w, s, h, q, qs, eps, N=n, BLOCK=block, HAS_Y=y is not None, QUANT=quant,
+                        num_warps=8 if block >= 4096 else 4)
+    out = (s.reshape(x.shape), h.reshape(x.shape))
+    return (*out, (q, qs)) if quant else out
+
+
+@triton.jit
+def _silu_mul_quant(gu_ptr, a_ptr, q_ptr, qs_ptr, I: tl.constexpr, BLOCK: tl.constexpr):
+    """a = silu(gate) * up of one row [gate | up] (fp32 math, rounded once to the activation dtype, as
+    the compiled glue does), and a's dynamic int8 quantization for the W8A8 down projection."""
+    pid = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    mask = offs < I
+    base = pid.to(tl.int64) * 2 * I
+    g = tl.load(gu_ptr + base + offs, mask=mask, other=0.0).to(tl.float32)
+    u = tl.load(gu_ptr + base + I + offs, mask=mask, other=0.0).to(tl.float32)
+    a = (g / (1.0 + tl.exp(-g)) * u).to(a_ptr.dtype.element_ty)
+    tl.store(a_ptr + pid.to(tl.int64) * I + offs, a, mask=mask)
+    _quant_row(a.to(tl.float32), offs, mask, q_ptr, qs_ptr, pid.to(tl.int64) * I, pid)
+
+
+def silu_mul_quant(gu: torch.Tensor):
+    """[gate | up] (.., 2I) -> (silu(gate) * up (.., I), (q int8 (M, I), scale fp32 (M,)))."""
+    i = gu.shape[-1] // 2
+    g2 = gu.reshape(-1, 2 * i).contiguous()
+    m = g2.shape[0]
+    a = torch.empty(m, i, dtype=gu.dtype, device=gu.device)
+    q = torch.empty(m, i, dtype=torch.int8, device=gu.device)
+    qs = torch.empty(m, dtype=torch.float32, device=gu.device)
+    block = triton.next_power_of_2(i)
+    _silu_mul_quant[(m,)](g2, a, q, qs, I=i, BLOCK=block, num_warps=16 if block >= 16384 else (8 if block >= 4096 else 4))
+    return a.reshape(*gu.shape[:-1], i), (q, qs)
+
+
+# ---- W8A8 GEMV on pre-quantized activations (int8 x int8, int32 accumulation) -----------------------
+
+
+@triton.jit
+def _dp4a(a, b, c):
+    """c + sum of the four signed byte products of int32 words a and b (the dp4a instruction)."""
+    return tl.inline_asm_elementwise("dp4a.s32.s32 $0, $1, $2, $3;", "=r,r,r,r", [a, b, c], dtype=tl.int32,
+                                     is_pure=True, pack=1)
+
+
+@triton.jit
+def _sbyte(w, i: tl.constexpr):
+    return (w << (24 - 8 * i)) >> 24  # arithmetic shift: byte i of w, sign-extended
+
+
+@triton.jit
+def _gemv_i8(xq_ptr, xs_ptr, w_ptr, ws_ptr, y_ptr, N, KW: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr,
+             USE_ASM: tl.constexpr):
+    """y[n] = (sum_k q_w[n,k] q_x[k]) * s_w[n] * s_x for one token, the W8A8 math of kernels/w8a8.py
+    (exact int32 products and sums, then the same fp32 scaling). Weights and activations are read as
+    int32 words of 4 bytes (KW = K / 4 words); the 4 products of a word pair are one dp4a on the GPU
+    (USE_ASM), byte shifts in the CPU interpreter."""
+    pid = tl.program_id(0)
+    offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_w = tl.arange(0, BLOCK_W)
+    n_mask = offs_n < N
+    rows = w_ptr + offs_n.to(tl.int64)[:, None] * KW
+    acc = tl.zeros([BLOCK_N, BLOCK_W], tl.int32)
+    for w0 in range(0, KW, BLOCK_W):
+        ww = w0 + offs_w
+        w_mask = ww < KW
+        w = tl.load(rows + ww[None, :], mask=n_mask[:, None] & w_mask[None, :], other=0, eviction_policy="evict_first")
+        x = tl.load(xq_ptr + ww, mask=w_mask, other=0)
+        xb = tl.broadcast_to(x[None, :], [BLOCK_N, BLOCK_W])
+        if USE_ASM:
+            acc = _dp4a(w, xb, acc)
+        else:
+            for i in tl.static_range(4):
+                acc += _sbyte(w, i) * _sbyte(xb, i)
+    tot = tl.sum(acc, axis=1)
+    sw = tl.load(ws_ptr + offs_n, mask=n_mask, other=0.0)
+    sx = tl.load(xs_ptr)
+    y = tot.to(tl.float32) * sw * sx
+    tl.store(y_ptr + offs_n, y.to(y_ptr.dtype.element_ty), mask=n_mask)
+
+
+GEMV_I8_CONFIGS = ((16, 256, 4), (32, 128, 4), (16, 512, 8))  # (BLOCK_N, BLOCK_W words, num_warps)
+
+
+def gemv_i8(xq: torch.Tensor, xs: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor, dtype: torch.dtype,
+            config: tuple[int, int, int] = GEMV_I8_CONFIGS[0]) -> torch.Tensor:
+    """One token's pre-quantized activations xq (1, K) int8 with scale xs (1,) fp32, int8 weights w
+    (N, K) with per-channel w_scale (N,) fp32 -> (1, N) in `dtype` (K a multiple of 4)."""
+    n, k = w.shape
+    assert xq.shape == (1, k) and k % 4 == 0 and w.is_contiguous() and xq.is_contiguous(), (xq.shape, w.shape)
+    y = torch.empty(1, n, dtype=dtype, device=w.device)
+    bn, bw, warps = config
+    kw = k // 4
+    bw = min(bw, triton.next_power_of_2(kw))
+    interp = os.environ.get("TRITON_INTERPRET", "0") == "1"  # the CPU interpreter runs no inline asm
+    _gemv_i8[(triton.cdiv(n, bn),)](xq.view(torch.int32), xs, w.view(torch.int32), w_scale.reshape(-1), y, n, KW=kw,
+                                    BLOCK_N=bn, BLOCK_W=bw, USE_ASM=not interp, num_warps=warps)
+    return y
 
 
 def attention_reference(q, k, v, cos, sin, k_cache, v_cache, pos: int, scale: float, q_norm=None, k_norm=None,

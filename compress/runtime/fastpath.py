@@ -105,6 +105,14 @@ def silu_mul(gu: torch.Tensor) -> torch.Tensor:
 GLUE = ("rms_norm", "add_rms_norm", "rope", "qk_norm_rope", "decode_attention", "silu_mul")
 
 
+def _prequant_ok(mod) -> bool:
+    """A W8A8 layer on its kernel backend that the int8 GEMV on pre-quantized activations can run."""
+    from compress.runtime.formats_ct import CTW8A8Linear
+
+    return (isinstance(mod, CTW8A8Linear) and mod.backend == "kernel" and mod.bias is None
+            and mod.in_features % 4 == 0 and mod.qweight.is_contiguous())
+
+
 def _triton_available() -> bool:
     try:
         import triton  # noqa: F401
@@ -144,10 +152,12 @@ class FastLM:
             shared by all layers and all formats since they take plain tensors).
         attn_kernel: decode attention through the Triton kernels (default: on a CUDA device); False
             keeps the plain-torch attention (matmul, softmax, matmul) and index_copy_ cache writes.
+        prequant: at one token, norms that feed a W8A8 layer also quantize their output for the runtime's
+            int8 GEMV (Triton; default: like attn_kernel).
     """
 
     def __init__(self, model: nn.Module, batch: int, max_len: int, fuse: bool = True, compile_glue: bool = False,
-                 attn_kernel: bool | None = None):
+                 attn_kernel: bool | None = None, prequant: bool | None = None):
         reason = unsupported_reason(model)
         if reason:
             raise CompressError(f"the fast path cannot run this model: {reason}; use the transformers engine")
@@ -174,6 +184,8 @@ class FastLM:
         self.fn = {name: globals()[name] for name in GLUE}
         if attn_kernel is None:
             attn_kernel = self.device.type == "cuda" and _triton_available()
+        # One-token decode: norms quantize their output for W8A8 consumers (GPU, Triton).
+        self.prequant = bool(attn_kernel) if prequant is None else prequant
         self.attn = None
         if attn_kernel:
             from compress.runtime.decode_kernels import DecodeAttention
@@ -211,58 +223,94 @@ class FastLM:
 
     # ---- per block ------------------------------------------------------------------------------
 
-    def _qkv(self, blk: _Block, h: torch.Tensor):
+    def _qkv(self, blk: _Block, h: torch.Tensor, hq=None):
         b, t, _ = h.shape
-        q, k, v = self._qkv_flat(blk, h)
+        q, k, v = self._qkv_flat(blk, h, hq)
         return (q.reshape(b, t, self.n_heads, self.head_dim), k.reshape(b, t, self.n_kv, self.head_dim),
                 v.reshape(b, t, self.n_kv, self.head_dim))
 
-    def _qkv_flat(self, blk: _Block, h: torch.Tensor):
+    def _qkv_flat(self, blk: _Block, h: torch.Tensor, hq=None):
         """q (.., H*D), k and v (.., Hkv*D): views of the fused output, or the three layers' outputs."""
         if blk.qkv is not None:
-            return linear(blk.qkv, h).split([self.n_heads * self.head_dim, self.n_kv * self.head_dim,
-                                             self.n_kv * self.head_dim], dim=-1)
+            return self._proj(blk.qkv, h, hq).split([self.n_heads * self.head_dim, self.n_kv * self.head_dim,
+                                                     self.n_kv * self.head_dim], dim=-1)
         return linear(blk.q, h), linear(blk.k, h), linear(blk.v, h)
 
-    def _mlp(self, blk: _Block, h: torch.Tensor) -> torch.Tensor:
+    def _mlp(self, blk: _Block, h: torch.Tensor, hq=None) -> torch.Tensor:
         if blk.gate_up is not None:
-            gu = linear(blk.gate_up, h)
+            gu = self._proj(blk.gate_up, h, hq)
         else:
             gu = torch.cat([linear(blk.gate, h), linear(blk.up, h)], dim=-1)
+        if hq is not None and _prequant_ok(blk.down):
+            from compress.runtime.decode_kernels import silu_mul_quant
+
+            a, aq = silu_mul_quant(gu)
+            return self._proj(blk.down, a, aq)
         return silu_mul_linear(blk.down, gu, self.fn["silu_mul"])
+
+    def _proj(self, mod: nn.Module, h: torch.Tensor, hq=None) -> torch.Tensor:
+        """mod(h); for a W8A8 layer at one token with h's int8 quantization already made by the kernel
+        that produced h (`hq` = (q, scale)), also the runtime's int8 GEMV on it, if measured faster than
+        the W8A8 kernel (which quantizes h itself: one launch more, ~7 us on the H100)."""
+        if hq is None or not _prequant_ok(mod):
+            return linear(mod, h)
+        from compress.runtime.decode_kernels import GEMV_I8_CONFIGS, gemv_i8
+
+        def pre(cfg):
+            return gemv_i8(hq[0], hq[1], mod.qweight, mod.scale, h.dtype, cfg).reshape(*h.shape[:-1], mod.out_features)
+
+        cands = [("w8a8 layer (quantizes x)", lambda: mod(h))]
+        cands += [("gemv_i8_prequant_%dx%d_w%d" % c, lambda c=c: pre(c)) for c in GEMV_I8_CONFIGS]
+        return TABLE.run(("w8a8_prequant", mod.out_features, mod.in_features, 1, str(h.dtype)), cands, h.device)
 
     def _rope(self, blk, q, k, cos, sin):
         if blk.q_norm is not None:
             return self.fn["qk_norm_rope"](q, k, blk.q_norm, blk.k_norm, self.eps, cos, sin)
         return self.fn["rope"](q, k, cos, sin)
 
-    def _add_norm(self, x, y, w):
+    def _add_norm(self, x, y, w, quant: bool = False):
         """Residual add + RMSNorm: the compiled glue, or on the GPU the one-row-per-program Triton kernel
-        where the path table measured it faster (decode: a 4096-wide row is a latency-bound launch)."""
+        where the path table measured it faster (decode: a 4096-wide row is a latency-bound launch).
+        quant: the Triton kernel, also returning the int8 quantization of the normed row (x, h, (q, s))."""
         f = self.fn["add_rms_norm"]
+        if quant:
+            from compress.runtime.decode_kernels import add_rms_norm
+
+            return add_rms_norm(x, y, w, self.eps, quant=True)
         if not x.is_cuda or not (x.dtype == y.dtype == w.dtype):
-            return f(x, y, w, self.eps)
+            return (*f(x, y, w, self.eps), None)
         from compress.runtime.decode_kernels import add_rms_norm
 
         rows = x.numel() // x.shape[-1]
-        return TABLE.run(("add_rms_norm", x.shape[-1], 1, rows, str(x.dtype)),
-                         [("compiled", lambda: f(x, y, w, self.eps)), ("triton_row", lambda: add_rms_norm(x, y, w, self.eps))],
-                         x.device)
+        return (*TABLE.run(("add_rms_norm", x.shape[-1], 1, rows, str(x.dtype)),
+                           [("compiled", lambda: f(x, y, w, self.eps)),
+                            ("triton_row", lambda: add_rms_norm(x, y, w, self.eps))], x.device), None)
 
     def _layers(self, x: torch.Tensor, cos, sin, attend, attend_raw=None) -> torch.Tensor:
         """Run all blocks; `attend(i, q, k, v)` stores k/v in the cache and returns (B, T, H*D);
-        `attend_raw(i, blk, h)`, when given, does the projections' glue itself (decode kernels)."""
-        h = self.fn["rms_norm"](x, self.blocks[0].in_norm, self.eps)
+        `attend_raw(i, blk, h, hq)`, when given, does the projections' glue itself (decode kernels).
+
+        One token on the GPU: where the consumer of a norm's output is a W8A8 layer, the norm kernel also
+        quantizes its output (hq), so the projection can skip its own quantizer launch (`_proj`)."""
+        rows = x.numel() // x.shape[-1]
+        pq = rows == 1 and x.dtype == self.final_norm.dtype and self.prequant
+        blk0 = self.blocks[0]
+        if pq and _prequant_ok(blk0.qkv):
+            _, h, hq = self._add_norm(x, None, blk0.in_norm, quant=True)
+        else:
+            h, hq = self.fn["rms_norm"](x, blk0.in_norm, self.eps), None
         for i, blk in enumerate(self.blocks):
             if attend_raw is not None:
-                a = attend_raw(i, blk, h)
+                a = attend_raw(i, blk, h, hq)
             else:
-                q, k, v = self._qkv(blk, h)
+                q, k, v = self._qkv(blk, h, hq)
                 q, k = self._rope(blk, q, k, cos, sin)
                 a = attend(i, q, k, v)
-            x, h = self._add_norm(x, linear(blk.o, a), blk.post_norm)
-            nxt = self.blocks[i + 1].in_norm if i + 1 < len(self.blocks) else self.final_norm
-            x, h = self._add_norm(x, self._mlp(blk, h), nxt)
+            x, h, hq = self._add_norm(x, linear(blk.o, a), blk.post_norm, quant=pq and _prequant_ok(blk.gate_up))
+            nxt_blk = self.blocks[i + 1] if i + 1 < len(self.blocks) else None
+            nxt = nxt_blk.in_norm if nxt_blk is not None else self.final_norm
+            x, h, hq = self._add_norm(x, self._mlp(blk, h, hq), nxt,
+                                      quant=pq and nxt_blk is not None and _prequant_ok(nxt_blk.qkv))
         return h  # the final norm's output
 
     # ---- public steps ---------------------------------------------------------------------------
@@ -306,8 +354,8 @@ class FastLM:
             c, s = cos.reshape(-1, self.head_dim)[0], sin.reshape(-1, self.head_dim)[0]  # (D,): one position
             b = tok.shape[0]
 
-            def attend_raw(i, blk, h):
-                q, k, v = (t.reshape(b, -1) for t in self._qkv_flat(blk, h))
+            def attend_raw(i, blk, h, hq):
+                q, k, v = (t.reshape(b, -1) for t in self._qkv_flat(blk, h, hq))
 
                 def kernel():
                     return self.attn(q, k, v, c, s, self.k_cache[i], self.v_cache[i], self.pos, self.scale, blk.q_norm,
