@@ -253,7 +253,9 @@ CASES = [
      dict(N=4096, BLOCK=4096, HAS_Y=True, QUANT=True)),
     (dk._silu_mul_quant, dict(gu_ptr=P16, a_ptr=P16, q_ptr="*i8", qs_ptr=P32), dict(I=14336, BLOCK=16384)),
     (dk._gemv_i8, dict(xq_ptr="*i32", xs_ptr=P32, w_ptr="*i32", ws_ptr=P32, y_ptr=P16, N="i32"),
-     dict(KW=3584, BLOCK_N=16, BLOCK_W=256, USE_ASM=True)),
+     dict(KW=3584, BLOCK_N=16, BLOCK_W=256, USE_ASM=True, X_FLOAT=False)),
+    (dk._gemv_i8, dict(xq_ptr=P16, xs_ptr=P32, w_ptr="*i32", ws_ptr=P32, y_ptr=P16, N="i32"),
+     dict(KW=1024, BLOCK_N=32, BLOCK_W=128, USE_ASM=True, X_FLOAT=True)),
 ]
 for fn, types, consts in CASES:
     sig = {n: "constexpr" if n in consts else types[n] for n in fn.arg_names}
@@ -275,4 +277,4 @@ def test_decode_kernels_compile_for_the_h100():
     r = subprocess.run([sys.executable, "-c", _AOT], capture_output=True, text=True, env=env, timeout=300)
     if "ptxas" in r.stderr and "not found" in r.stderr.lower():
         pytest.skip("this Triton install has no ptxas")
-    assert r.returncode == 0 and "compiled 7" in r.stdout, r.stderr[-2000:]
+    assert r.returncode == 0 and "compiled 8" in r.stdout, r.stderr[-2000:]

@@ -412,22 +412,39 @@ def _sbyte(w, i: tl.constexpr):
 
 @triton.jit
 def _gemv_i8(xq_ptr, xs_ptr, w_ptr, ws_ptr, y_ptr, N, KW: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr,
-             USE_ASM: tl.constexpr):
+             USE_ASM: tl.constexpr, X_FLOAT: tl.constexpr):
     """y[n] = (sum_k q_w[n,k] q_x[k]) * s_w[n] * s_x for one token, the W8A8 math of kernels/w8a8.py
     (exact int32 products and sums, then the same fp32 scaling). Weights and activations are read as
     int32 words of 4 bytes (KW = K / 4 words); the 4 products of a word pair are one dp4a on the GPU
-    (USE_ASM), byte shifts in the CPU interpreter."""
+    (USE_ASM), byte shifts in the CPU interpreter.
+    X_FLOAT: xq_ptr holds the fp16/bf16 activations instead, and every program quantizes them itself
+    (the row's absmax first: K values read from L2), so no quantizer launch precedes the GEMV."""
     pid = tl.program_id(0)
     offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_w = tl.arange(0, BLOCK_W)
     n_mask = offs_n < N
     rows = w_ptr + offs_n.to(tl.int64)[:, None] * KW
+    byte = tl.arange(0, 4)
+    if X_FLOAT:
+        amax = tl.zeros([BLOCK_W, 4], tl.float32)
+        for w0 in range(0, KW, BLOCK_W):
+            ww = w0 + offs_w
+            xv = tl.load(xq_ptr + ww[:, None] * 4 + byte[None, :], mask=(ww < KW)[:, None], other=0.0)
+            amax = tl.maximum(amax, tl.abs(xv.to(tl.float32)))
+        sx = tl.math.div_rn(tl.maximum(tl.max(tl.max(amax, axis=1), axis=0), 1e-8), 127.0)
+    else:
+        sx = tl.load(xs_ptr)
     acc = tl.zeros([BLOCK_N, BLOCK_W], tl.int32)
     for w0 in range(0, KW, BLOCK_W):
         ww = w0 + offs_w
         w_mask = ww < KW
         w = tl.load(rows + ww[None, :], mask=n_mask[:, None] & w_mask[None, :], other=0, eviction_policy="evict_first")
-        x = tl.load(xq_ptr + ww, mask=w_mask, other=0)
+        if X_FLOAT:
+            xv = tl.load(xq_ptr + ww[:, None] * 4 + byte[None, :], mask=w_mask[:, None], other=0.0).to(tl.float32)
+            q = tl.minimum(tl.maximum(_round_half_even(tl.math.div_rn(xv, sx)), -127.0), 127.0).to(tl.int32)
+            x = tl.sum((q & 0xFF) << (byte * 8)[None, :], axis=1)  # 4 int8 -> one int32 word (disjoint bits)
+        else:
+            x = tl.load(xq_ptr + ww, mask=w_mask, other=0)
         xb = tl.broadcast_to(x[None, :], [BLOCK_N, BLOCK_W])
         if USE_ASM:
             acc = _dp4a(w, xb, acc)
@@ -436,7 +453,6 @@ def _gemv_i8(xq_ptr, xs_ptr, w_ptr, ws_ptr, y_ptr, N, KW: tl.constexpr, BLOCK_N:
                 acc += _sbyte(w, i) * _sbyte(xb, i)
     tot = tl.sum(acc, axis=1)
     sw = tl.load(ws_ptr + offs_n, mask=n_mask, other=0.0)
-    sx = tl.load(xs_ptr)
     y = tot.to(tl.float32) * sw * sx
     tl.store(y_ptr + offs_n, y.to(y_ptr.dtype.element_ty), mask=n_mask)
 
@@ -444,19 +460,23 @@ def _gemv_i8(xq_ptr, xs_ptr, w_ptr, ws_ptr, y_ptr, N, KW: tl.constexpr, BLOCK_N:
 GEMV_I8_CONFIGS = ((16, 256, 4), (32, 128, 4), (16, 512, 8))  # (BLOCK_N, BLOCK_W words, num_warps)
 
 
-def gemv_i8(xq: torch.Tensor, xs: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor, dtype: torch.dtype,
+def gemv_i8(xq: torch.Tensor, xs: torch.Tensor | None, w: torch.Tensor, w_scale: torch.Tensor, dtype: torch.dtype,
             config: tuple[int, int, int] = GEMV_I8_CONFIGS[0]) -> torch.Tensor:
-    """One token's pre-quantized activations xq (1, K) int8 with scale xs (1,) fp32, int8 weights w
-    (N, K) with per-channel w_scale (N,) fp32 -> (1, N) in `dtype` (K a multiple of 4)."""
+    """One token's pre-quantized activations xq (1, K) int8 with scale xs (1,) fp32 -- or, with xs None,
+    the fp16/bf16 activations xq (1, K), quantized inside -- times int8 weights w (N, K) with per-channel
+    w_scale (N,) fp32 -> (1, N) in `dtype` (K a multiple of 4)."""
     n, k = w.shape
-    assert xq.shape == (1, k) and k % 4 == 0 and w.is_contiguous() and xq.is_contiguous(), (xq.shape, w.shape)
+    assert xq.shape == (1, k) and k % 4 == 0 and w.is_contiguous(), (xq.shape, w.shape)
+    xq = xq.contiguous()
+    x_float = xs is None
     y = torch.empty(1, n, dtype=dtype, device=w.device)
     bn, bw, warps = config
     kw = k // 4
     bw = min(bw, triton.next_power_of_2(kw))
     interp = os.environ.get("TRITON_INTERPRET", "0") == "1"  # the CPU interpreter runs no inline asm
-    _gemv_i8[(triton.cdiv(n, bn),)](xq.view(torch.int32), xs, w.view(torch.int32), w_scale.reshape(-1), y, n, KW=kw,
-                                    BLOCK_N=bn, BLOCK_W=bw, USE_ASM=not interp, num_warps=warps)
+    _gemv_i8[(triton.cdiv(n, bn),)](xq if x_float else xq.view(torch.int32), w_scale if x_float else xs,
+                                    w.view(torch.int32), w_scale.reshape(-1), y, n, KW=kw, BLOCK_N=bn, BLOCK_W=bw,
+                                    USE_ASM=not interp, X_FLOAT=x_float, num_warps=warps)
     return y
 
 

@@ -264,6 +264,12 @@ class CTW8A8Linear(QuantLinear):
         paths = [("kernel", partial(self.kernel, x2d))]
         if kb.int_mm_fits(*x2d.shape, self.out_features):
             paths.append(("int_mm", lambda: kb.int_mm_w8a8(x2d, self.qweight, self.scale)))
+        if x2d.shape[0] == 1 and self.in_features % 4 == 0 and self.qweight.is_contiguous():
+            # One token: the runtime's dp4a GEMV, quantizing x in each program (no quantizer launch).
+            from compress.runtime.decode_kernels import GEMV_I8_CONFIGS, gemv_i8
+
+            paths += [("gemv_i8_%dx%d_w%d" % c, partial(gemv_i8, x2d, None, self.qweight, self.scale, x2d.dtype, c))
+                      for c in GEMV_I8_CONFIGS]
         return paths
 
 
