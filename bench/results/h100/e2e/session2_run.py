@@ -29,8 +29,7 @@ STAGES = [
 ]
 if ckpt_dir is not None and ckpt_dir.is_dir():
     ckpts = sorted(p for p in ckpt_dir.iterdir() if (p / "config.json").is_file())
-    STAGES.append(("stories260k", 45, dict(checkpoints=ckpts, workloads="interactive,medium_batch,base,high_concurrency",
-                                           runs=3)))
+    STAGES.append(("stories260k", 60, dict(checkpoints=ckpts, workloads="interactive,medium_batch", runs=2)))
 # Formats not measured on the GPU before (batch 1 from the 64-token interactive workload) and 2:4's batched decode.
 STAGES.append(("llama-3-8b_more", 110, dict(synthetic="llama-3-8b", formats="w8a16,sparse24,w8a8-sparse24,vptq",
                                              workloads="interactive,medium_batch", runs=2)))
