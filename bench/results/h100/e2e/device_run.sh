@@ -30,7 +30,9 @@ case "$stage" in
     done ;;
   session2)  # session 2's one call: bench/results/h100/e2e/session2_run.py (stages by priority, time budget)
     # $CKPTS: real checkpoints written here by `compress run` (git-ignored, carried), e.g. out/e2e_stories
-    timeout 515 python3 bench/results/h100/e2e/session2_run.py "$work" "${BUDGET:-480}" "${CKPTS:-}" 2>&1 \
-      | tee "$work/session2.log" | quiet ;;
+    # The driver snapshots its folder into $out every 20 s: a run stopped at the device's limit still returns.
+    timeout "${HARD:-515}" python3 bench/results/h100/e2e/session2_run.py "$work/session2" "${BUDGET:-480}" "${CKPTS:-}" \
+      "$out/e2e_session2.tgz" 2>&1 | tee "$out/session2.log" | quiet
+    cp "$work/gpu.txt" "$out/gpu.txt"; exit 0 ;;
 esac
 tar -czf "$out/e2e_$stage.tgz" -C "$work" .

@@ -2,14 +2,19 @@
 one process (compiled kernels and glue are reused), in priority order, each stage skipped when the
 time left cannot hold it, each writing its report folder as it goes.
 
-Usage (repository root, on the GPU machine): python bench/results/h100/e2e/session2_run.py OUTDIR BUDGET_S [CKPT_DIR]
+Usage (repository root, on the GPU machine): python bench/results/h100/e2e/session2_run.py OUTDIR BUDGET_S [CKPT_DIR [SNAPSHOT]]
 Every stage is the function behind `compress bench e2e` with the options of the command printed beside it.
+SNAPSHOT: a .tgz of OUTDIR rewritten every 20 s and at the end, so that a run stopped at the device's time
+limit still returns what it measured (report folders are written after every model).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+import tarfile
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -18,8 +23,33 @@ from compress.bench.e2e import canonical_command, run_e2e
 
 out = Path(sys.argv[1])
 budget = float(sys.argv[2])
-ckpt_dir = Path(sys.argv[3]) if len(sys.argv) > 3 else None
+ckpt_dir = Path(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[3] else None
+snapshot = Path(sys.argv[4]) if len(sys.argv) > 4 else None
 t0 = time.time()
+out.mkdir(parents=True, exist_ok=True)
+_lock = threading.Lock()
+
+
+def take_snapshot() -> None:
+    if snapshot is None:
+        return
+    with _lock:
+        tmp = snapshot.with_name(snapshot.name + ".tmp")
+        with tarfile.open(tmp, "w:gz") as tar:
+            tar.add(out, arcname=out.name)
+        os.replace(tmp, snapshot)
+
+
+def _snapshots() -> None:
+    while True:
+        time.sleep(20)
+        try:
+            take_snapshot()
+        except Exception as e:  # never let the snapshot thread stop the measurements
+            print(f"snapshot failed: {e}", flush=True)
+
+
+threading.Thread(target=_snapshots, daemon=True).start()
 
 # (folder, needs_s, options): needs_s = the time the stage was estimated to take (not started with less left)
 STAGES = [
@@ -64,6 +94,7 @@ for folder, needs, opts in STAGES:
         traceback.print_exc()
         summary.append({"stage": folder, "error": f"{type(e).__name__}: {e}"[:300]})
 (out / "stages.json").write_text(json.dumps(summary, indent=1))
+take_snapshot()
 for st in summary:
     print(f"STAGE {st['stage']}: " + ", ".join(f"{k}={v}" for k, v in st.items() if k not in ("stage", "rows", "command")))
     for row in st.get("rows", []):
