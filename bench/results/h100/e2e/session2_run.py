@@ -52,10 +52,12 @@ def _snapshots() -> None:
 threading.Thread(target=_snapshots, daemon=True).start()
 
 # (folder, needs_s, options): needs_s = the time the stage was estimated to take (not started with less left)
+short = budget < 330  # little device time: the targets only, 2 runs each
 STAGES = [
-    ("llama-3-8b", 200, dict(synthetic="llama-3-8b", formats="fp16,w4a16,w8a8",
-                             workloads="decode_bound,interactive,medium_batch", runs=3, profile=True)),
-    ("qwen3-8b", 60, dict(synthetic="qwen3-8b", formats="w4a16", workloads="decode_bound,interactive", runs=3)),
+    ("llama-3-8b", 150 if short else 200,
+     dict(synthetic="llama-3-8b", formats="fp16,w4a16,w8a8", runs=2 if short else 3, profile=True,
+          workloads="decode_bound,interactive" if short else "decode_bound,interactive,medium_batch")),
+    ("qwen3-8b", 45, dict(synthetic="qwen3-8b", formats="w4a16", workloads="decode_bound", runs=2 if short else 3)),
 ]
 if ckpt_dir is not None and ckpt_dir.is_dir():
     ckpts = sorted(p for p in ckpt_dir.iterdir() if (p / "config.json").is_file())
