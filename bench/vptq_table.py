@@ -9,7 +9,11 @@ in float32. Bits per weight are over the quantized Linear weights (lm_head/embed
 count everything stored for them: indices, row scales, and each codebook once (VPTQ); packed integers,
 fp16 scales and zero points (GPTQ, asymmetric, group 64).
 
-    python bench/vptq_table.py --out bench/results/h100/vptq                 # everything (GPU: ~10 min)
+    python bench/vptq_table.py --out bench/results/h100/vptq                 # everything (H100: > 40 min)
+
+Measured on an H100 (session 2): GPTQ rows ~7 s of fitting each, but one VPTQ preset row (vptq_v8_k4096_r128,
+layer-wise fit) 381 s: the column-by-column assignment is launch-bound (about 150 k columns of SmolLM2,
+tens of small kernels each). Split the rows over several runs with --resume.
     python bench/vptq_table.py --out /tmp/t --rows vptq:vptq_v8_k4096_r256 --max-windows 8   # a quick look
     python bench/vptq_table.py --out /tmp/cpu --device cpu --rows vptq:vptq_v8_k4096_r256 --no-eval  # CPU fit time
 """
@@ -35,9 +39,10 @@ from compress.errors import CompressError  # noqa: E402
 DEFAULT_ROWS = [
     "base",
     "gptq:2", "gptq:3", "gptq:4",
-    "vptq:vptq_v8_k65536", "vptq:vptq_v8_k4096_r256", "vptq:vptq_v8_k8192_r512", "vptq:vptq_v8_k65536_r256",
-    "seed:vptq_v8_k4096_r256:1", "seed:vptq_v8_k4096_r256:2",
-    "layer:vptq_v8_k65536", "layer:vptq_v8_k4096_r256",
+    "vptq:vptq_v8_k4096_r128", "vptq:vptq_v8_k65536", "vptq:vptq_v8_k4096_r256", "vptq:vptq_v8_k8192_r512",
+    "vptq:vptq_v8_k65536_r256",
+    "seed:vptq_v8_k4096_r128:1", "seed:vptq_v8_k4096_r128:2",
+    "layer:vptq_v8_k65536:4096x14336", "layer:vptq_v8_k4096_r256:4096x14336",
 ]
 
 
