@@ -220,6 +220,48 @@ def test_add_rms_norm_kernel_matches_glue():
     assert torch.equal(s, (x + y)) and _rel(h, h_ref) < 2e-3
 
 
+def test_path_table_measures_picks_the_fastest_and_rejects_wrong_outputs():
+    import time
+
+    from compress.runtime.paths import PathTable
+
+    t = PathTable()
+    t.measure_on_cpu = True  # the GPU's selection logic, timed with the host clock
+    cands = [("slow", lambda: time.sleep(0.02) or torch.ones(4)), ("fast", lambda: torch.ones(4)),
+             ("wrong", lambda: torch.zeros(4))]
+    key = ("x", 4, 4, 1, "f")
+    assert t.run(key, cands, torch.device("cpu")).sum().item() == 4
+    assert t.choice[key] == "fast"
+    [row] = t.report()
+    assert row["chosen"] == "fast" and row["us"]["slow"] > row["us"]["fast"] and "wrong (mismatch)" in row["us"]
+    assert t.run(key, cands[:1] + cands[2:], torch.device("cpu")).sum().item() == 4  # a vanished choice: the first
+
+
+@needs_triton
+def test_fast_path_with_every_gpu_path_measured_on_cpu(monkeypatch):
+    """The GPU decode step (dense GEMV candidates, fused silu GEMV, Triton add+norm, attention kernels,
+    all chosen by measurement) run through the path table here, against the plain engine."""
+    from compress.runtime.paths import TABLE
+
+    model = _tiny("llama").half()
+    ids = torch.randint(0, 300, (1, 6), generator=torch.Generator().manual_seed(2))
+    plain = FastLM(model, 1, 10, attn_kernel=False)
+    a = plain.prefill(ids)
+    monkeypatch.setattr(TABLE, "measure_on_cpu", True)
+    TABLE.clear()
+    try:
+        gpu_like = FastLM(model, 1, 10, attn_kernel=True)
+        b = gpu_like.prefill(ids)
+        for _ in range(2):
+            tok = a.argmax(-1, keepdim=True)
+            a, b = plain.decode(tok), gpu_like.decode(tok)
+            assert _rel(b, a) < 1e-2
+        kinds = {(r["layer"], r["M"]) for r in TABLE.report()}
+    finally:
+        TABLE.clear()
+    assert {("dense", 1), ("dense_silu", 1), ("add_rms_norm", 1), ("decode_attention", 1)} <= kinds
+
+
 def test_path_table_on_cpu_runs_the_first_candidate_without_measuring():
     from compress.runtime.paths import PathTable
 

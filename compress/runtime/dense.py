@@ -15,7 +15,7 @@ from compress.runtime.paths import TABLE
 
 def linear(mod: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """mod(x), through the fastest measured path when `mod` is a plain dense Linear on the GPU."""
-    if type(mod) is not nn.Linear or not x.is_cuda:
+    if type(mod) is not nn.Linear or not TABLE.enabled(x.device):
         return mod(x)
     w, bias = mod.weight, mod.bias
     n, k = w.shape
@@ -33,7 +33,7 @@ def linear(mod: nn.Module, x: torch.Tensor) -> torch.Tensor:
 def silu_mul_linear(mod: nn.Module, gu: torch.Tensor, silu_mul) -> torch.Tensor:
     """mod(silu(gate) * up) for gu = [gate | up] (.., 2I): at M = 1 on a dense Linear, also the GEMV that
     computes silu * up while it reads its input (one launch less per layer), if measured faster."""
-    if type(mod) is not nn.Linear or not gu.is_cuda or mod.bias is not None:
+    if type(mod) is not nn.Linear or not TABLE.enabled(gu.device) or mod.bias is not None:
         return linear(mod, silu_mul(gu))
     w = mod.weight
     n, k = w.shape

@@ -277,7 +277,7 @@ class FastLM:
             from compress.runtime.decode_kernels import add_rms_norm
 
             return add_rms_norm(x, y, w, self.eps, quant=True)
-        if not x.is_cuda or not (x.dtype == y.dtype == w.dtype):
+        if not TABLE.enabled(x.device) or not (x.dtype == y.dtype == w.dtype):
             return (*f(x, y, w, self.eps), None)
         from compress.runtime.decode_kernels import add_rms_norm
 

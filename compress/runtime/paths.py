@@ -10,11 +10,14 @@ kernels keep changing, so fixed thresholds go stale (last session's "dequantize 
 Timing: each candidate once to compile/warm up, then CUDA-event timings of single calls, each after
 the L2 cache is overwritten and the GPU is kept busy (so the host's launch cost stays out), median.
 Every layer of one shape shares the decision. During CUDA-graph capture nothing is measured (a key
-not seen before takes the first candidate); on a CPU the first candidate always runs.
+not seen before takes the first candidate); on a CPU the first candidate always runs, unless
+`measure_on_cpu` is set (tests: the same selection logic, timed with the host clock, kernels in
+Triton's interpreter).
 """
 
 from __future__ import annotations
 
+import time
 from typing import Callable, Sequence
 
 import torch
@@ -38,6 +41,11 @@ class PathTable:
         self.choice: dict[tuple, str] = {}
         self.timings: dict[tuple, dict[str, float]] = {}
         self._flush: dict[torch.device, torch.Tensor] = {}
+        self.measure_on_cpu = False
+
+    def enabled(self, device: torch.device) -> bool:
+        """Whether callers should offer their alternative paths on `device` (GPU; CPU only in tests)."""
+        return device.type == "cuda" or self.measure_on_cpu
 
     def run(self, key: tuple, candidates: Sequence[Candidate], device: torch.device) -> torch.Tensor:
         """The output of the chosen candidate for `key` (measuring the candidates first if needed)."""
@@ -45,7 +53,7 @@ class PathTable:
             return candidates[0][1]()
         name = self.choice.get(key)
         if name is None:
-            if device.type != "cuda" or torch.cuda.is_current_stream_capturing():
+            if not self.enabled(device) or (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
                 return candidates[0][1]()
             name = self._measure(key, candidates, device)
         for n, fn in candidates:
@@ -59,7 +67,8 @@ class PathTable:
         for name, fn in candidates:
             try:
                 out = fn()  # compile / autotune / allocate
-                torch.cuda.synchronize(device)
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
             except Exception as e:  # a path that cannot run this shape is simply not chosen
                 times[name] = float("inf")
                 self.timings.setdefault(key, {})[f"{name} (failed)"] = f"{type(e).__name__}: {str(e)[:80]}"
@@ -75,7 +84,7 @@ class PathTable:
                     self.timings.setdefault(key, {})[f"{name} (mismatch)"] = f"rel err {err:.2e} vs {candidates[0][0]}"
                     continue
             samples = []
-            for _ in range(5):
+            for _ in range(5 if device.type == "cuda" else 1):
                 samples.append(self._time_once(fn, device))
                 if samples[-1] > 5.0:  # ms: slow enough that one sample says it
                     break
@@ -89,6 +98,11 @@ class PathTable:
         return best
 
     def _time_once(self, fn, device) -> float:
+        """Milliseconds of one call."""
+        if device.type != "cuda":
+            t0 = time.perf_counter()
+            fn()
+            return (time.perf_counter() - t0) * 1e3
         buf = self._flush.get(device)
         if buf is None:
             buf = self._flush[device] = torch.empty(_FLUSH_BYTES // 4, dtype=torch.float32, device=device)
