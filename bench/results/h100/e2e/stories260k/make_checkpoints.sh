@@ -1,5 +1,5 @@
 # How the real stories260K checkpoints of the session-2 e2e run were written (CPU, this repo root; out/ is git-ignored and was carried to the GPU machine).
-cd /work/main
+cd "$(dirname "$0")/../../../../.."  # the repository root
 S=../shared/assets/models/stories260K
 SMALL="--num-samples 8 --seq-len 128 --eval-dataset tinystories --eval-seq-len 256 --max-windows 4"
 for r in original w4a16_gptq w8a8_smooth_gptq w8a16_awq fp8_dynamic; do
