@@ -1,4 +1,4 @@
-# How the real stories260K checkpoints of the session-2 e2e run were written (CPU, this repo root; out/ is git-ignored and was carried to the GPU machine).
+# Writes the real stories260K checkpoints for the session-2 e2e run (CPU; out/ is git-ignored: carry out/e2e_stories to the GPU machine).
 cd "$(dirname "$0")/../../../../.."  # the repository root
 S=../shared/assets/models/stories260K
 SMALL="--num-samples 8 --seq-len 128 --eval-dataset tinystories --eval-seq-len 256 --max-windows 4"
