@@ -84,6 +84,7 @@ def _check_int4_pack(out, config):
     assert pack["format"] == "compress.int4" and pack["file"] == INT4_FILE
     assert len(pack["layers"]) == 30  # 35 linears minus the 5 skipped down_proj
     assert verify_int4_pack(out) == 30
+    _runtime_reads_int4_pack_like_compressed_tensors(out)
     tensors = load_file(out / INT4_FILE)
     key = "model.layers.2.mlp.up_proj.qweight"
     tensors[key][0, 0] ^= 1
@@ -104,6 +105,31 @@ def _check_24(out, config):
         assert int(((w.reshape(w.shape[0], -1, 4) != 0).sum(-1) > 2).sum()) == 0, layer
     assert config["compress"]["sparsity"]["packed"]["format"] == "compress.sparse24"
     assert verify_sparse24_pack(out) == 35
+
+
+def _runtime_reads_int4_pack_like_compressed_tensors(out):
+    """compress.runtime runs the packed layers as compress.int4 (no repacking) and gets exactly the
+    logits it gets from the compressed-tensors tensors alone (which it repacks at load)."""
+    import shutil
+    import warnings
+
+    import torch
+
+    from compress.runtime import load
+
+    plain = out.parent / f"{out.name}-nopack"
+    shutil.copytree(out, plain)
+    (plain / "w4a16.safetensors").unlink()
+    cfg = json.loads((plain / "config.json").read_text())
+    del cfg["compress"]["packs"]
+    (plain / "config.json").write_text(json.dumps(cfg))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # CPU: reference backend, with a warning
+        packed, repacked = load(out, device="cpu"), load(plain, device="cpu")
+    assert "compress.int4: 30 layers" in packed.compress_runtime.summary()
+    x = torch.randint(0, 500, (1, 24))
+    with torch.no_grad():
+        assert torch.equal(packed(x).logits, repacked(x).logits)
 
 
 def test_same_seed_same_bytes(stories_dir, tmp_path):

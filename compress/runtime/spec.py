@@ -48,6 +48,14 @@ def plan_layers(
     layers run the 2:4 format instead of their compressed-tensors one.
     """
     plan = _plan_quant(qcfg, linears)
+    for name, args in (int4_pack(compress_meta) or {}).get("layers", {}).items():
+        # `compress run --pack w4a16`: the int4 layers are stored again, already in the kernel's
+        # layout, so they load with no repacking (the compressed-tensors copy is for other tools).
+        base = plan.get(name)
+        if name not in linears or base is None or base.format != "compressed-tensors.w4a16":
+            raise CompressError(f"w4a16 pack lists layer {name!r}, which is not an int4 layer of this checkpoint")
+        plan[name] = LayerSpec(name, "compress.int4", base.in_features, base.out_features, base.bias,
+                               {"group_size": int(args["group_size"]), "symmetric": bool(args["symmetric"])})
     pack = sparse24_pack(compress_meta)
     for name in pack.get("layers", []) if pack else []:
         if name not in linears:
@@ -75,10 +83,23 @@ def sparse24_pack(compress_meta: Mapping[str, Any] | None) -> Mapping[str, Any] 
     return pack
 
 
+def int4_pack(compress_meta: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The compress.int4 pack written by `compress run --pack w4a16`, if any."""
+    pack = ((compress_meta or {}).get("packs") or {}).get("w4a16")
+    if not pack:
+        return None
+    if pack.get("format") != "compress.int4" or int(pack.get("version", 0)) != 1:
+        raise CompressError(
+            f"w4a16 pack format {pack.get('format')!r} version {pack.get('version')!r} is not supported; "
+            "compress.runtime reads compress.int4 version 1"
+        )
+    return pack
+
+
 def packed_files(cfg: Mapping[str, Any]) -> list[str]:
     """Extra safetensors files of a checkpoint (beside the model's own), named in config.json."""
-    pack = sparse24_pack(cfg.get("compress"))
-    return [pack["file"]] if pack and pack.get("file") else []
+    packs = [sparse24_pack(cfg.get("compress")), int4_pack(cfg.get("compress"))]
+    return [p["file"] for p in packs if p and p.get("file")]
 
 
 def _plan_quant(qcfg: Mapping[str, Any] | None, linears: Mapping[str, nn.Linear]) -> dict[str, LayerSpec]:
