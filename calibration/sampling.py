@@ -106,6 +106,8 @@ def build_calibration_set(
         raise CompressError(f"--num-samples must be at least 1, got {num_samples}")
     if seq_len < 2:
         raise CompressError(f"--seq-len must be at least 2, got {seq_len}")
+    if batch_size is not None and batch_size < 1:
+        raise CompressError(f"--batch-size must be at least 1, got {batch_size}: give a positive number, or leave it out for the automatic size")
     texts = _render(docs, tokenizer)
     if not texts:
         raise CompressError(f"{docs.source} yields no non-empty text: check the file or --text-column")
@@ -143,8 +145,6 @@ def build_calibration_set(
         }
         for s in starts
     ]
-    if batch_size is not None and batch_size < 1:
-        raise CompressError(f"--batch-size must be at least 1, got {batch_size}")
     return CalibrationSet(
         samples, seq_len, seed, docs.source, docs.sha256, len(texts), len(stream), overlapping, notes,
         batch_size or auto_batch_size(num_samples, seq_len),

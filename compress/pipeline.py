@@ -343,14 +343,18 @@ def _run_vptq(model, recipe: Recipe, calib, progress: Progress):
 
 
 def _add_sparse24(folder: Path, layers: list[str]) -> None:
+    _record_pack(folder, ("sparsity", "packed"), write_sparse24_pack(folder, layers))
+    verify_sparse24_pack(folder)
+
+
+def _record_pack(folder: Path, where: tuple[str, str], packed: dict) -> None:
+    """Describe a kernel pack in config.json["compress"][where[0]][where[1]] (where the runtime looks)."""
     import json
 
-    packed = write_sparse24_pack(folder, layers)
     cfg_path = folder / "config.json"
     config = json.loads(cfg_path.read_text())
-    config["compress"].setdefault("sparsity", {})["packed"] = packed
+    config["compress"].setdefault(where[0], {})[where[1]] = packed
     cfg_path.write_text(json.dumps(config, indent=2) + "\n")
-    verify_sparse24_pack(folder)
 
 
 def _quantizes_int4(recipe: Recipe) -> bool:
@@ -368,15 +372,9 @@ def _quantizes_int4(recipe: Recipe) -> bool:
 
 def _add_int4_pack(folder: Path) -> None:
     """w4a16.safetensors beside the compressed-tensors weights, verified exactly against them."""
-    import json
-
     from compress.checkpoint import verify_int4_pack, write_int4_pack
 
-    packed = write_int4_pack(folder)
-    cfg_path = folder / "config.json"
-    config = json.loads(cfg_path.read_text())
-    config["compress"].setdefault("packs", {})["w4a16"] = packed
-    cfg_path.write_text(json.dumps(config, indent=2) + "\n")
+    _record_pack(folder, ("packs", "w4a16"), write_int4_pack(folder))
     verify_int4_pack(folder)
 
 

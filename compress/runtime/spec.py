@@ -72,26 +72,22 @@ def plan_layers(
 
 def sparse24_pack(compress_meta: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
     """The compress.sparse24 pack description written by `compress run --pack sparse24`, if any."""
-    pack = ((compress_meta or {}).get("sparsity") or {}).get("packed")
-    if not pack:
-        return None
-    if pack.get("format") != "compress.sparse24" or int(pack.get("version", 0)) != 1:
-        raise CompressError(
-            f"sparse pack format {pack.get('format')!r} version {pack.get('version')!r} is not supported; "
-            "compress.runtime reads compress.sparse24 version 1"
-        )
-    return pack
+    return _checked_pack(((compress_meta or {}).get("sparsity") or {}).get("packed"), "sparse", "compress.sparse24")
 
 
 def int4_pack(compress_meta: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
     """The compress.int4 pack written by `compress run --pack w4a16`, if any."""
-    pack = ((compress_meta or {}).get("packs") or {}).get("w4a16")
+    return _checked_pack(((compress_meta or {}).get("packs") or {}).get("w4a16"), "w4a16", "compress.int4")
+
+
+def _checked_pack(pack: Mapping[str, Any] | None, label: str, fmt: str) -> Mapping[str, Any] | None:
+    """A kernel pack's description, if present and in the one version this runtime reads."""
     if not pack:
         return None
-    if pack.get("format") != "compress.int4" or int(pack.get("version", 0)) != 1:
+    if pack.get("format") != fmt or int(pack.get("version", 0)) != 1:
         raise CompressError(
-            f"w4a16 pack format {pack.get('format')!r} version {pack.get('version')!r} is not supported; "
-            "compress.runtime reads compress.int4 version 1"
+            f"{label} pack format {pack.get('format')!r} version {pack.get('version')!r} is not supported; "
+            f"compress.runtime reads {fmt} version 1"
         )
     return pack
 
