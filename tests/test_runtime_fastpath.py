@@ -291,16 +291,17 @@ CASES = [
      dict(ATT, BLOCK_L=64)),
     (dk._attn_combine, dict(q_ptr=P16, k_ptr=P16, v_ptr=P16, stride_qb="i32", stride_kb="i32", stride_vb="i32",
                             cos_ptr=P16, sin_ptr=P16, qn_ptr=P16, kn_ptr=P16, eps="fp32", kc_ptr=P16, vc_ptr=P16,
-                            pos_ptr=PI64, pm_ptr=P32, pl_ptr=P32, pacc_ptr=P32, out_ptr=P16, scale_log2="fp32"), ATT),
+                            pos_ptr=PI64, pm_ptr=P32, pl_ptr=P32, pacc_ptr=P32, out_ptr=P16, scale_log2="fp32"),
+     dict(HKV=8, G=4, D=128, L=768, S=12, HAS_NORM=True, BLOCK_D=128, BLOCK_S=16)),
     (dk._gemv, dict(x_ptr=P16, w_ptr=P16, y_ptr=P16, N="i32"), dict(K=14336, BLOCK_N=16, BLOCK_K=512, SILU_MUL=True)),
     (dk._gemv_w8, dict(x_ptr=P16, q_ptr="*i8", s_ptr=P16, y_ptr=P16, N="i32"), dict(K=4096, G=32, GS=128, BLOCK_N=16, NG=4)),
     (dk._add_rms_norm, dict(x_ptr=P16, y_ptr=P16, w_ptr=P16, s_ptr=P16, h_ptr=P16, q_ptr="*i8", qs_ptr=P32, eps="fp32"),
      dict(N=4096, BLOCK=4096, HAS_Y=True, QUANT=True)),
     (dk._silu_mul_quant, dict(gu_ptr=P16, a_ptr=P16, q_ptr="*i8", qs_ptr=P32), dict(I=14336, BLOCK=16384)),
     (dk._gemv_i8, dict(xq_ptr="*i32", xs_ptr=P32, w_ptr="*i32", ws_ptr=P32, y_ptr=P16, N="i32"),
-     dict(KW=3584, BLOCK_N=16, BLOCK_W=256, USE_ASM=True, X_FLOAT=False)),
+     dict(KW=3584, BLOCK_N=16, BLOCK_W=256, USE_ASM=True, X_FLOAT=False, SILU=False)),
     (dk._gemv_i8, dict(xq_ptr=P16, xs_ptr=P32, w_ptr="*i32", ws_ptr=P32, y_ptr=P16, N="i32"),
-     dict(KW=1024, BLOCK_N=32, BLOCK_W=128, USE_ASM=True, X_FLOAT=True)),
+     dict(KW=1024, BLOCK_N=32, BLOCK_W=128, USE_ASM=True, X_FLOAT=True, SILU=False)),
 ]
 for fn, types, consts in CASES:
     sig = {n: "constexpr" if n in consts else types[n] for n in fn.arg_names}

@@ -199,7 +199,15 @@ class CTW8A16Linear(_CTWeightOnly):
         return cached[1], 128
 
     def dequant_cublas(self, x2d):
-        w = _dequant_weight_only_compiled(self.qweight, self.scale, self.zero, self.in_features, x2d.dtype)
+        if x2d.is_cuda:
+            # The runtime's dequantization kernel: one pass (int8 read, fp16 written). The compiled torch
+            # version took 302 us for 4096x4096 and 2.1 ms for 28672x4096 on the H100 (session 3 path
+            # table, ~20x the copy time), which made every M > 1 call of this format that slow.
+            from compress.runtime.decode_kernels import dequant_w8
+
+            w = dequant_w8(self.qweight, self.scale, self.zero, x2d.dtype)
+        else:
+            w = _dequant_weight_only_compiled(self.qweight, self.scale, self.zero, self.in_features, x2d.dtype)
         return F.linear(x2d, w)
 
     def kernel(self, x2d):
@@ -210,10 +218,23 @@ class CTW8A16Linear(_CTWeightOnly):
         return gemv_w8(x2d, self.qweight, scale, group)
 
     def kernel_paths(self, x2d):
+        """M = 1: the int8 GEMV (several tilings); M = 2..16: the few-row kernel that reads each weight
+        tile once for all rows (several tilings); every M: dequantize + cuBLAS."""
+        from compress.runtime.decode_kernels import GEMM_W8_CONFIGS, GEMM_W8_MAX_M, GEMV_W8_CONFIGS, gemm_w8, gemv_w8
+
         paths = [("dequant+cublas", partial(self.dequant_cublas, x2d))]
-        if x2d.shape[0] == 1 and self._gemv_args() is not None:
-            paths.insert(0, ("gemv_w8", partial(self.kernel, x2d)))
-        return paths
+        args = self._gemv_args()
+        m = x2d.shape[0]
+        if args is None or x2d.stride(1) != 1:
+            return paths
+        scale, group = args
+        few = [("gemm_w8_%d_w%d_s%d" % c, partial(gemm_w8, x2d, self.qweight, scale, group, c))
+               for c in GEMM_W8_CONFIGS] if m <= GEMM_W8_MAX_M else []
+        if m == 1:
+            gemv = [("gemv_w8_%dx%d_w%d" % c, partial(gemv_w8, x2d, self.qweight, scale, group, c))
+                    for c in GEMV_W8_CONFIGS]
+            return gemv + paths + few
+        return few + paths
 
 
 @register_format("compressed-tensors.w8a8")
@@ -244,9 +265,29 @@ class CTW8A8Linear(QuantLinear):
         mod._set_bias(tensors, device)
         return mod
 
+    # kernels/w8a8.py's int8 tensor-core GEMM takes K in multiples of 16; the runtime's dp4a GEMV
+    # (decode_kernels.gemv_i8, one token) in multiples of 4. Real checkpoints have other widths
+    # (stories260K: intermediate 172), so the layer runs what can run it instead of raising.
+    GEMM_K_MULTIPLE = 16
+    GEMV_K_MULTIPLE = 4
+
     @classmethod
     def kernel_unavailable(cls, device, spec):
-        return kb.unavailable(device, "w8a8", "w8a8_linear")
+        why = kb.unavailable(device, "w8a8", "w8a8_linear")
+        if why is not None or spec.in_features % cls.GEMM_K_MULTIPLE == 0:
+            return why
+        if spec.in_features % cls.GEMV_K_MULTIPLE:
+            return (f"in_features={spec.in_features} is a multiple of neither {cls.GEMM_K_MULTIPLE} (int8 GEMM) "
+                    f"nor {cls.GEMV_K_MULTIPLE} (int8 GEMV)")
+        return kb.runtime_kernels_unavailable(device)
+
+    @classmethod
+    def kernel_partial(cls, device, spec):
+        """Why some calls of a layer on the kernel backend run the reference (None: none do)."""
+        if spec.in_features % cls.GEMM_K_MULTIPLE:
+            return (f"in_features={spec.in_features} is not a multiple of {cls.GEMM_K_MULTIPLE}, so the int8 GEMM "
+                    f"cannot run it: one token runs the int8 GEMV, several tokens the reference")
+        return None
 
     def dequantize(self):
         return self.qweight.float() * self.scale[:, None]
@@ -261,15 +302,18 @@ class CTW8A8Linear(QuantLinear):
         return kb.kernel_module("w8a8").w8a8_linear(x2d, self.qweight, self.scale)
 
     def kernel_paths(self, x2d):
-        paths = [("kernel", partial(self.kernel, x2d))]
+        gemm_ok = self.in_features % self.GEMM_K_MULTIPLE == 0
+        paths = [("kernel", partial(self.kernel, x2d))] if gemm_ok else []
         if kb.int_mm_fits(*x2d.shape, self.out_features):
             paths.append(("int_mm", lambda: kb.int_mm_w8a8(x2d, self.qweight, self.scale)))
-        if x2d.shape[0] == 1 and self.in_features % 4 == 0 and self.qweight.is_contiguous():
+        if x2d.shape[0] == 1 and self.in_features % self.GEMV_K_MULTIPLE == 0 and self.qweight.is_contiguous():
             # One token: the runtime's dp4a GEMV, quantizing x in each program (no quantizer launch).
             from compress.runtime.decode_kernels import GEMV_I8_CONFIGS, gemv_i8
 
             paths += [("gemv_i8_%dx%d_w%d" % c, partial(gemv_i8, x2d, None, self.qweight, self.scale, x2d.dtype, c))
                       for c in GEMV_I8_CONFIGS]
+        if not paths:  # announced at load (`kernel_partial`): same math, plain torch
+            paths.append(("reference", partial(self.reference, x2d)))
         return paths
 
 

@@ -232,6 +232,26 @@ def choose_backends(
             ReferenceFallbackWarning,
             stacklevel=3,
         )
+    for key, (names, reason) in _partly_on_reference(placed, device).items():
+        info.fallback_reasons.setdefault(key, reason)
+        warnings.warn(
+            f"compress.runtime: {len(names)} layer(s) of format {key} run the plain-torch reference for some "
+            f"calls on {device} ({reason}); results are the same math but slow",
+            ReferenceFallbackWarning,
+            stacklevel=3,
+        )
+
+
+def _partly_on_reference(placed, device) -> dict[str, tuple[list[str], str]]:
+    """Layers on the kernel backend whose format says that some calls still take the reference
+    (`kernel_partial(device, spec)`, e.g. a W8A8 width the int8 GEMM cannot take), by format."""
+    out: dict[str, tuple[list[str], str]] = {}
+    for name, mod in placed.items():
+        partial = getattr(type(mod), "kernel_partial", None)
+        reason = partial(device, mod.spec) if partial is not None and mod.backend == "kernel" else None
+        if reason:
+            out.setdefault(mod.format_key, ([], reason))[0].append(name)
+    return out
 
 
 def _pick(placed, device, backend, info, fell_back) -> None:

@@ -1,0 +1,272 @@
+"""The runtime's decode glue kernels (session 3): the W8A8 down projection that computes silu * up and
+its int8 quantization inside the GEMV, the per-query-head attention merge, the few-row W8A16 kernel and
+the int8 dequantization kernel; and the W8A8 layers whose width the int8 GEMM cannot take.
+
+Triton runs in its CPU interpreter here (compiled on a GPU); small shapes keep it fast. The last test
+compiles the changed kernels for sm_90 without a GPU."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+import kernels  # noqa: F401  (before anything imports triton: turns its CPU interpreter on without a GPU)
+import torch
+
+from compress.errors import CompressError
+from compress.runtime.spec import LayerSpec
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _rel(a, b) -> float:
+    a, b = a.float(), b.float()
+    return float((a - b).norm() / b.norm().clamp_min(1e-30))
+
+
+def _interpreter_works() -> bool:
+    if torch.cuda.is_available():
+        return True
+    try:
+        from compress.runtime.decode_kernels import gemv
+
+        gemv(torch.ones(1, 16, dtype=torch.float16), torch.ones(16, 16, dtype=torch.float16), (16, 16, 4))
+        return True
+    except Exception:  # triton was imported before kernels turned its interpreter on
+        return False
+
+
+needs_triton = pytest.mark.skipif("not _interpreter_works()", reason="Triton imported before its CPU interpreter")
+
+
+@needs_triton
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_fused_silu_gemv_gives_the_separate_kernels_int8_result(dtype):
+    """gemv_i8(silu_mul=True) quantizes silu(gate) * up itself: the same codes and scale as
+    silu_mul_quant, so the output equals silu_mul_quant + the GEMV on its codes, bit for bit."""
+    from compress.runtime.decode_kernels import gemv_i8, silu_mul_quant
+    from compress.runtime.formats_ct import quantize_per_token_int8
+
+    g = torch.Generator().manual_seed(11)
+    n, i = 40, 200  # 50 words of 4: a masked tail in every config below
+    gu = (torch.randn(1, 2 * i, generator=g) * 3).to(dtype).to(DEV)
+    w = torch.randint(-127, 128, (n, i), generator=g, dtype=torch.int8).to(DEV)
+    ws = (torch.rand(n, generator=g) * 0.01 + 1e-3).to(DEV)
+    a, (aq, as_) = silu_mul_quant(gu)
+    # Against torch in fp16 (the CPU interpreter truncates fp32 -> bf16 instead of rounding; the GPU rounds).
+    ref_a = (torch.nn.functional.silu(gu[:, :i].float()) * gu[:, i:].float()).to(dtype)
+    rq, rs = quantize_per_token_int8(a)
+    if dtype == torch.float16 or DEV == "cuda":
+        assert torch.equal(a, ref_a)
+    assert torch.equal(aq, rq) and torch.equal(as_, rs.reshape(-1).float())
+    for cfg in [(16, 16, 4), (8, 32, 4)]:
+        sep = gemv_i8(aq, as_, w, ws, dtype, cfg)
+        fused = gemv_i8(gu, None, w, ws, dtype, cfg, silu_mul=True)
+        assert torch.equal(fused, sep), cfg
+    exact = (rq.double() @ w.double().t()) * rs.double() * ws.double()  # (1, N)
+    assert _rel(fused, exact) < (2e-3 if dtype == torch.float16 else 8e-3)  # one rounding to the output dtype
+
+
+@needs_triton
+def test_fast_path_w8a8_down_candidates_agree(monkeypatch):
+    """FastLM's one-token W8A8 down projection offers the separate and the fused silu paths; every
+    candidate gives the same logits (run through a table that executes them all)."""
+    from test_runtime_fastpath import _EveryPath, _tiny
+
+    from compress.runtime import fastpath
+    from compress.runtime.formats_ct import CTW8A8Linear
+    from kernels.w8a8 import quantize_weight_per_channel
+
+    model = _tiny("llama").half()
+    for layer in model.model.layers:  # every Linear of the blocks -> W8A8 on the kernel backend
+        for parent, names in ((layer.self_attn, ("q_proj", "k_proj", "v_proj", "o_proj")),
+                              (layer.mlp, ("gate_proj", "up_proj", "down_proj"))):
+            for nm in names:
+                lin = getattr(parent, nm)
+                q, s = quantize_weight_per_channel(lin.weight.data)
+                spec = LayerSpec(nm, "compressed-tensors.w8a8", lin.in_features, lin.out_features)
+                mod = CTW8A8Linear.from_checkpoint(spec, {"weight": q, "weight_scale": s[:, None]},
+                                                   device=torch.device(DEV), dtype=torch.float16)
+                mod.use_kernel()
+                setattr(parent, nm, mod)
+    every = _EveryPath(tol=2e-2, pick=-1)
+    monkeypatch.setattr(fastpath, "TABLE", every)
+    ids = torch.randint(0, 300, (1, 5), generator=torch.Generator().manual_seed(3)).to(DEV)
+    lm = fastpath.FastLM(model, 1, 8, attn_kernel=True, prequant=True)
+    tok = lm.prefill(ids).argmax(-1, keepdim=True)
+    lm.decode(tok)
+    assert "w8a8_silu_down" in every.keys
+
+
+@needs_triton
+def test_attention_merge_reads_partials_in_several_blocks():
+    """The combine step reads the chunk partials BLOCK_S at a time; with fewer lanes than chunks its
+    loop runs several times and must give the same attention."""
+    from compress.runtime.decode_kernels import DecodeAttention, attention_reference
+
+    g = torch.Generator().manual_seed(12)
+    b, h, hkv, d, length = 1, 4, 2, 16, 80
+    att = DecodeAttention(b, h, hkv, d, length, torch.device(DEV), target_programs=10, block_l=16)
+    assert att.splits == 5
+    att.block_s = 2  # 5 chunks in 3 blocks of 2 (the last one half masked)
+    kc = torch.randn(b, hkv, length, d, generator=g).half().to(DEV)
+    vc = torch.randn(b, hkv, length, d, generator=g).half().to(DEV)
+    kc_ref, vc_ref = kc.clone(), vc.clone()
+    q = torch.randn(b, h * d, generator=g).half().to(DEV)
+    k, v = (torch.randn(b, hkv * d, generator=g).half().to(DEV) for _ in range(2))
+    ang = torch.rand(d // 2, generator=g)
+    cos, sin = torch.cat([ang, ang]).cos().half().to(DEV), torch.cat([ang, ang]).sin().half().to(DEV)
+    for pos in (0, 33, 79):
+        out = att(q, k, v, cos, sin, kc, vc, torch.tensor(pos, device=DEV), 0.25)
+        ref = attention_reference(q, k, v, cos, sin, kc_ref, vc_ref, pos, 0.25)
+        assert _rel(out, ref) < 2e-3, (pos, _rel(out, ref))
+        assert torch.equal(vc[:, :, pos], vc_ref[:, :, pos]) and _rel(kc[:, :, pos], kc_ref[:, :, pos]) < 2e-3
+
+
+@needs_triton
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_few_row_w8a16_kernel_matches_reference(dtype):
+    from compress.runtime.decode_kernels import GEMM_W8_CONFIGS, GEMV_W8_CONFIGS, gemm_w8, gemv_w8
+
+    if dtype == torch.bfloat16 and DEV == "cpu":
+        pytest.skip("Triton's CPU interpreter multiplies bf16 tl.dot operands as raw bits (GPU only)")
+    g = torch.Generator().manual_seed(13)
+    for n, k, gs in [(40, 256, 32), (33, 256, 128)]:  # N not a multiple of any BLOCK_N
+        q = torch.randint(-128, 128, (n, k), generator=g, dtype=torch.int8).to(DEV)
+        s = (torch.rand(n, k // gs, generator=g) * 0.01).to(dtype).to(DEV)
+        w = q.float() * s.float().repeat_interleave(gs, 1)
+        for m in (1, 3, 16):
+            x = torch.randn(m, k, generator=g).to(dtype).to(DEV)
+            ref = x.float() @ w.t()
+            for cfg in (GEMM_W8_CONFIGS[0], (32, 4, 2)):
+                y = gemm_w8(x, q, s, gs, cfg)
+                assert y.dtype == dtype and y.shape == (m, n) and _rel(y, ref) < 4e-3, (n, m, cfg, _rel(y, ref))
+        x1 = torch.randn(1, k, generator=g).to(dtype).to(DEV)
+        for cfg in GEMV_W8_CONFIGS[:2]:
+            assert _rel(gemv_w8(x1, q, s, gs, cfg), x1.float() @ w.t()) < 4e-3
+
+
+@needs_triton
+@pytest.mark.parametrize("zero", [False, True])
+def test_dequant_kernel_is_bit_identical_to_torch(zero):
+    from compress.runtime.decode_kernels import dequant_w8
+    from compress.runtime.formats_ct import _dequant_weight_only
+
+    g = torch.Generator().manual_seed(14)
+    n, k, groups = 37, 300, 3  # groups of 100 columns: not a power of two, the last block masked
+    q = torch.randint(-128, 128, (n, k), generator=g, dtype=torch.int8).to(DEV)
+    s = (torch.rand(n, groups, generator=g) * 0.02).half().to(DEV)
+    z = torch.randint(-8, 8, (n, groups), generator=g, dtype=torch.int8).to(DEV) if zero else None
+    # bf16 on the GPU only: the CPU interpreter truncates fp32 -> bf16 instead of rounding to nearest.
+    for dt in (torch.float16, torch.bfloat16) if DEV == "cuda" else (torch.float16,):
+        assert torch.equal(dequant_w8(q, s, z, dt), _dequant_weight_only(q, s, z, k, dt))
+
+
+@needs_triton
+def test_w8a16_layer_offers_the_few_row_kernel_and_every_path_agrees():
+    from compress.runtime import kernel_bridge as kb
+    from compress.runtime.formats_ct import CTW8A16Linear
+
+    g = torch.Generator().manual_seed(15)
+    n, k = 48, 256
+    spec = LayerSpec("l", "compressed-tensors.w8a16", k, n, args={"group_size": 128, "strategy": "group"})
+    q = torch.randint(-128, 128, (n, k), generator=g, dtype=torch.int8)
+    s = (torch.rand(n, 2, generator=g) * 0.01).half()
+    mod = CTW8A16Linear.from_checkpoint(spec, {"weight": q, "weight_scale": s}, device=torch.device(DEV),
+                                        dtype=torch.float16)
+    with kb.allow_interpreter():
+        assert CTW8A16Linear.kernel_unavailable(torch.device(DEV), spec) is None
+    mod.use_kernel()
+    for m, first in ((1, "gemv_w8"), (3, "gemm_w8"), (16, "gemm_w8"), (20, "dequant+cublas")):
+        x = torch.randn(m, k, generator=g).half().to(DEV)
+        ref = mod.reference(x)
+        paths = mod.kernel_paths(x)
+        assert paths[0][0].startswith(first), (m, [p for p, _ in paths])
+        assert any(p == "dequant+cublas" for p, _ in paths)
+        for name, fn in paths:
+            assert _rel(fn(), ref) < 4e-3, (m, name)
+
+
+def _w8a8_layer(k: int, n: int = 24):
+    from compress.runtime.formats_ct import CTW8A8Linear
+
+    g = torch.Generator().manual_seed(k)
+    spec = LayerSpec(f"model.layers.0.mlp.down_proj_{k}", "compressed-tensors.w8a8", k, n)
+    q = torch.randint(-127, 128, (n, k), generator=g, dtype=torch.int8)
+    s = torch.rand(n, 1, generator=g) * 0.01 + 1e-3
+    return CTW8A8Linear.from_checkpoint(spec, {"weight": q, "weight_scale": s}, device=torch.device(DEV),
+                                        dtype=torch.float16)
+
+
+@needs_triton
+def test_w8a8_width_the_int8_gemm_cannot_take_runs_and_says_so():
+    """stories260K's intermediate size 172 is not a multiple of 16 (kernels/w8a8.py raised on it): the
+    layer stays on the kernel backend with the int8 GEMV at one token and the reference otherwise, and
+    the load warns; a width that is not a multiple of 4 has no kernel at all."""
+    from compress.runtime.loader import ReferenceFallbackWarning, RuntimeInfo, choose_backends
+
+    odd, ok = _w8a8_layer(172), _w8a8_layer(160)
+    info = RuntimeInfo("x", DEV, "float16")
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        choose_backends({odd.spec.name: odd, ok.spec.name: ok}, torch.device(DEV), "kernel", info)
+    msgs = [str(w.message) for w in got if issubclass(w.category, ReferenceFallbackWarning)]
+    assert len(msgs) == 1 and "1 layer(s)" in msgs[0] and "in_features=172" in msgs[0], msgs
+    assert odd.backend == ok.backend == "kernel"
+    g = torch.Generator().manual_seed(16)
+    for m in (1, 3):
+        x = torch.randn(m, 172, generator=g).half().to(DEV)
+        names = [p for p, _ in odd.kernel_paths(x)]
+        assert "kernel" not in names and (names[0].startswith("gemv_i8") if m == 1 else names == ["reference"])
+        ref = odd.reference(x)
+        for _, fn in odd.kernel_paths(x):
+            assert _rel(fn(), ref) < 2e-3
+        assert _rel(odd(x), ref) < 2e-3
+    assert "kernel" in [p for p, _ in ok.kernel_paths(torch.randn(3, 160).half().to(DEV))]
+
+    bad = _w8a8_layer(170)
+    with pytest.raises(CompressError, match="in_features=170"):
+        choose_backends({bad.spec.name: bad}, torch.device(DEV), "kernel", RuntimeInfo("x", DEV, "float16"))
+
+
+_AOT = r"""
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+import compress.runtime.decode_kernels as dk
+
+P16, P32 = "*fp16", "*fp32"
+CASES = [
+    (dk._gemv_i8, dict(xq_ptr=P16, xs_ptr=P32, w_ptr="*i32", ws_ptr=P32, y_ptr=P16, N="i32"),
+     dict(KW=3584, BLOCK_N=16, BLOCK_W=512, USE_ASM=True, X_FLOAT=True, SILU=True), 8, 1),
+    (dk._gemm_w8, dict(x_ptr=P16, q_ptr="*i8", s_ptr=P16, y_ptr=P16, M="i32", N="i32", stride_xm="i32"),
+     dict(K=4096, G=32, GS=128, BLOCK_M=16, BLOCK_N=32, BK=128), 4, 4),
+    (dk._gemm_w8, dict(x_ptr="*bf16", q_ptr="*i8", s_ptr="*bf16", y_ptr="*bf16", M="i32", N="i32", stride_xm="i32"),
+     dict(K=14336, G=112, GS=128, BLOCK_M=16, BLOCK_N=64, BK=128), 4, 3),
+    (dk._dequant_w8, dict(q_ptr="*i8", s_ptr=P16, z_ptr="*i8", w_ptr=P16, N="i32", K="i32", G="i32", GS="i32"),
+     dict(HAS_ZERO=True, BLOCK_N=32, BLOCK_K=256), 4, 1),
+    (dk._gemv_w8, dict(x_ptr=P16, q_ptr="*i8", s_ptr=P16, y_ptr=P16, N="i32"),
+     dict(K=14336, G=112, GS=128, BLOCK_N=32, NG=8), 8, 1),
+]
+for fn, types, consts, warps, stages in CASES:
+    sig = {n: "constexpr" if n in consts else types[n] for n in fn.arg_names}
+    src = ASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(k),): v for k, v in consts.items()})
+    triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, "num_stages": stages})
+print("compiled", len(CASES))
+"""
+
+
+def test_glue_kernels_compile_for_the_h100():
+    """The CPU interpreter accepts code the GPU compiler rejects: compile the kernels of this file for
+    sm_90 here, without a GPU (the attention merge is compiled by test_runtime_fastpath's twin)."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("triton")
+    env = {**os.environ, "TRITON_INTERPRET": "0"}
+    r = subprocess.run([sys.executable, "-c", _AOT], capture_output=True, text=True, env=env, timeout=300)
+    if "ptxas" in r.stderr and "not found" in r.stderr.lower():
+        pytest.skip("this Triton install has no ptxas")
+    assert r.returncode == 0 and "compiled 5" in r.stdout, r.stderr[-2000:]
