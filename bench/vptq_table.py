@@ -76,7 +76,7 @@ class Bench:
         self.pristine = load_model(self.src, "cpu", torch.float32)
         self.load_s = time.perf_counter() - t
         docs = load_documents(str(args.calibration))
-        self.calib = build_calibration_set(docs, self.tokenizer, args.calib_samples, args.calib_seq_len, seed=0)
+        self.calib = build_calibration_set(docs, self.tokenizer, args.calib_samples, args.calib_seq_len, seed=0, layout="stream")
         self.eval_ids = tokenize_eval_text(Path(args.eval_text).read_text(), self.tokenizer)
 
     def model(self):

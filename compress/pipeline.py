@@ -137,7 +137,8 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunResult:
                     "another dataset (e.g. --dataset c4) or evaluate on another (--eval-dataset)"
                 )
             calib = build_calibration_set(docs, tokenizer, num_samples, seq_len, opts.seed,
-                                          opts.batch_size if opts.batch_size is not None else cal.batch_size)
+                                          opts.batch_size if opts.batch_size is not None else cal.batch_size,
+                                          layout=cal.window_layout)
             for note in calib.notes:
                 progress.note(note)
 

@@ -36,6 +36,10 @@ class CalibrationSection(BaseModel):
     seq_len: int = Field(512, ge=2)
     text_column: str | None = None
     batch_size: int | None = Field(None, ge=1)  # None: auto, about 8192 tokens per forward pass
+    # How samples are cut from the documents (calibration/sampling.py): "documents" = one sample per
+    # document, its first seq_len tokens (measured better for GPTQ); "stream" = windows of exactly seq_len
+    # tokens cut from the joined documents.
+    window_layout: Literal["documents", "stream"] = "documents"
 
 
 class ExportSection(BaseModel):

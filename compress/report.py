@@ -83,7 +83,8 @@ def write_report(folder: Path, report: dict) -> None:
     ]
     if cal:
         lines.append(
-            f"- calibration: {cal['num_samples']} samples x {cal['seq_len']} tokens = {cal['tokens']} tokens from "
+            f"- calibration: {cal['num_samples']} samples of at most {cal['seq_len']} tokens "
+            f"({cal.get('window_layout', 'stream')} layout) = {cal['tokens']} tokens from "
             f"{cal['source']} (sha256 {cal['sha256'][:16]}, {cal['documents']} documents, seed {cal['seed']}"
             + (", overlapping windows" if cal["overlapping_windows"] else "")
             + ")"

@@ -13,20 +13,58 @@ from compress.errors import CompressError
 def test_c4_preset_resolves_offline_and_is_deterministic(stories_tokenizer):
     docs = load_documents("c4")
     assert docs.source.endswith("c4_sample_300.jsonl") and len(docs.docs) == 300
-    a = build_calibration_set(docs, stories_tokenizer, 8, 64, seed=1)
-    b = build_calibration_set(docs, stories_tokenizer, 8, 64, seed=1)
-    c = build_calibration_set(docs, stories_tokenizer, 8, 64, seed=2)
+    a = build_calibration_set(docs, stories_tokenizer, 8, 64, seed=1, layout="stream")
+    b = build_calibration_set(docs, stories_tokenizer, 8, 64, seed=1, layout="stream")
+    c = build_calibration_set(docs, stories_tokenizer, 8, 64, seed=2, layout="stream")
     assert a.num_samples == 8 and a.tokens == 512 and not a.overlapping
     assert all(s["input_ids"].shape == (1, 64) for s in a.samples)
     assert all(torch.equal(x["input_ids"], y["input_ids"]) for x, y in zip(a.samples, b.samples))
     assert not all(torch.equal(x["input_ids"], y["input_ids"]) for x, y in zip(a.samples, c.samples))
 
 
+def test_default_layout_is_one_sample_per_document_batched_without_padding(stories_tokenizer):
+    docs = load_documents("c4")
+    cal = build_calibration_set(docs, stories_tokenizer, 12, 256, seed=3, batch_size=4)
+    assert cal.layout == "documents" and cal.record()["window_layout"] == "documents" and cal.num_samples == 12
+    prefixes = []
+    for text in docs.docs:
+        prefixes.append(stories_tokenizer(text, add_special_tokens=False)["input_ids"])
+    lengths = [s["input_ids"].shape[-1] for s in cal.samples]
+    assert lengths == sorted(lengths, reverse=True) and max(lengths) <= 256 and cal.tokens == sum(lengths)
+    assert any(n < 256 for n in lengths)  # short documents stay short: no filling from other documents
+    used = set()
+    for s in cal.samples:  # each sample starts one distinct document
+        ids = s["input_ids"][0].tolist()
+        hits = [i for i, p in enumerate(prefixes) if p[: len(ids)] == ids and i not in used]
+        assert hits
+        used.add(hits[0])
+    batches = list(cal.dataloader())
+    assert [b["input_ids"].shape[0] for b in batches] == [4, 4, 4]
+    assert all(b["input_ids"].shape[1] == min(lengths[4 * i : 4 * i + 4]) for i, b in enumerate(batches))
+    again = build_calibration_set(docs, stories_tokenizer, 12, 256, seed=3, batch_size=4)
+    assert all(torch.equal(x["input_ids"], y["input_ids"]) for x, y in zip(cal.samples, again.samples))
+    other = build_calibration_set(docs, stories_tokenizer, 12, 256, seed=4, batch_size=4)
+    assert not all(torch.equal(x["input_ids"], y["input_ids"]) for x, y in zip(cal.samples, other.samples))
+
+
+def test_few_documents_give_further_chunks_round_by_round(tmp_path, stories_tokenizer):
+    f = tmp_path / "two.txt"
+    f.write_text("Once upon a time there was a little cat. " * 20 + "\n\n" + "The dog ran home. " * 3)
+    cal = build_calibration_set(load_documents(str(f)), stories_tokenizer, 5, 32, seed=0, batch_size=1)
+    long_doc = stories_tokenizer("Once upon a time there was a little cat. " * 20, add_special_tokens=False)["input_ids"]
+    got = [s["input_ids"][0].tolist() for s in cal.samples]
+    assert cal.num_samples == 5 and long_doc[:32] in got and long_doc[32:64] in got and long_doc[64:96] in got
+    few = build_calibration_set(load_documents(str(f)), stories_tokenizer, 50, 32, seed=0)
+    assert few.num_samples < 50 and "fewer than --num-samples 50" in few.notes[0]
+    with pytest.raises(CompressError, match="unknown calibration window layout 'windows'"):
+        build_calibration_set(load_documents(str(f)), stories_tokenizer, 5, 32, seed=0, layout="windows")
+
+
 def test_dataloader_batches_windows_in_order_without_padding(stories_tokenizer):
     from calibration.sampling import auto_batch_size
 
     docs = load_documents("c4")
-    cal = build_calibration_set(docs, stories_tokenizer, 10, 64, seed=1, batch_size=4)
+    cal = build_calibration_set(docs, stories_tokenizer, 10, 64, seed=1, batch_size=4, layout="stream")
     batches = list(cal.dataloader())
     assert [b["input_ids"].shape for b in batches] == [(4, 64), (4, 64), (2, 64)]
     assert torch.equal(torch.cat([b["input_ids"] for b in batches]), torch.cat([s["input_ids"] for s in cal.samples]))
@@ -42,7 +80,7 @@ def test_dataloader_batches_windows_in_order_without_padding(stories_tokenizer):
 def test_short_stream_draws_overlapping_windows_and_says_so(tmp_path, stories_tokenizer):
     f = tmp_path / "tiny.txt"
     f.write_text("Once upon a time there was a little cat. " * 20)
-    cal = build_calibration_set(load_documents(str(f)), stories_tokenizer, 16, 32, seed=0)
+    cal = build_calibration_set(load_documents(str(f)), stories_tokenizer, 16, 32, seed=0, layout="stream")
     assert cal.overlapping and cal.num_samples == 16 and cal.notes
 
 

@@ -46,6 +46,6 @@ def test_smollm2_recipe(recipe, max_bits, max_change, tmp_path):
     assert report["model"].startswith("default (SmolLM2-135M-Instruct")
     assert report["bits_per_weight"] < max_bits
     assert report["ppl_change_percent"] < max_change, report["ppl_after"]
-    assert report["calibration"]["tokens"] == 16 * 256
+    assert report["calibration"]["num_samples"] == 16 and 0 < report["calibration"]["tokens"] <= 16 * 256
     plain = _plain_transformers_ppl(out)
     assert abs(plain - report["ppl_after"]["ppl"]) / report["ppl_after"]["ppl"] < 0.005

@@ -129,11 +129,13 @@ def _weight(layer: _Layer, params: dict[str, torch.Tensor]) -> torch.Tensor:
 
 
 def _stack(samples: list[dict]) -> dict:
-    """Samples of equal shape as one batch (the calibration windows all have seq_len tokens)."""
+    """Samples as one batch, each cut to the shortest of them: one-document calibration samples differ in
+    length, and padding would have to be masked out of the loss and the attention alike."""
     out = {}
+    shortest = min(s["input_ids"].shape[-1] for s in samples)
     for key in samples[0]:
         vals = [s[key] for s in samples]
-        out[key] = torch.cat(vals) if torch.is_tensor(vals[0]) else vals[0]
+        out[key] = torch.cat([v[..., :shortest] for v in vals]) if torch.is_tensor(vals[0]) else vals[0]
     return out
 
 

@@ -3,6 +3,7 @@
 # results"). Needs: llmcompressor + compressed-tensors wheels in .whl/, the SmolLM2-135M-Instruct GGUF at
 # /tmp/smol/ (it travels in two halves, .blob_a/.blob_b, because one transfer holds 64 MiB), the offline
 # corpora in .data/. Usage: bash bench/results/h100/recipes/device_run.sh OUT_DIR [args for the bench...]
+# SCRIPT=bench/calibration_layouts.py runs that bench instead (same --model/--out arguments).
 set -euo pipefail
 out=$1; shift
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
@@ -19,4 +20,4 @@ m, t = load_model(src, "cpu"), load_tokenizer(src)
 m.to(torch.bfloat16).save_pretrained("/tmp/smol-hf"); t.save_pretrained("/tmp/smol-hf")
 PY
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-python3 bench/recipes_vs_oneshot.py --model /tmp/smol-hf --out "$out" "$@" 2>&1 | grep -v "it/s\]" 
+python3 "${SCRIPT:-bench/recipes_vs_oneshot.py}" --model /tmp/smol-hf --out "$out" "$@" 2>&1 | grep -v "it/s\]" 

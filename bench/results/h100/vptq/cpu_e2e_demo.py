@@ -14,7 +14,7 @@ T0 = time.time()
 def log(*a): print(f"[{time.time()-T0:6.0f}s]", *a, flush=True)
 tok = AutoTokenizer.from_pretrained("/tmp/smollm2")
 base = AutoModelForCausalLM.from_pretrained("/tmp/smollm2", dtype=torch.float32).eval()
-calib = build_calibration_set(load_documents("/work/main/.vptq_data/c4_sample_300.jsonl"), tok, 32, 256, seed=0)
+calib = build_calibration_set(load_documents("/work/main/.vptq_data/c4_sample_300.jsonl"), tok, 32, 256, seed=0, layout="stream")
 ids = tokenize_eval_text(open("/work/main/.vptq_data/wikitext2_raw_test.txt").read(), tok)
 W = 3
 def ppl(m): return perplexity(m, ids, 2048, W).ppl
