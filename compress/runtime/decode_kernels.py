@@ -448,13 +448,13 @@ def _add_rms_norm(x_ptr, y_ptr, w_ptr, s_ptr, h_ptr, q_ptr, qs_ptr, eps, N: tl.c
     row = pid.to(tl.int64) * N
     offs = tl.arange(0, BLOCK)
     mask = offs < N
+    w = tl.load(w_ptr + offs, mask=mask, other=0.0)  # issued first: its latency overlaps the row's loads
     s = tl.load(x_ptr + row + offs, mask=mask, other=0.0)
     if HAS_Y:
         s = s + tl.load(y_ptr + row + offs, mask=mask, other=0.0)
         tl.store(s_ptr + row + offs, s, mask=mask)
     sf = s.to(tl.float32)
     r = 1.0 / tl.sqrt(tl.sum(sf * sf, axis=0) / N + eps)
-    w = tl.load(w_ptr + offs, mask=mask, other=0.0)
     h = ((sf * r).to(s.dtype).to(tl.float32) * w.to(tl.float32)).to(h_ptr.dtype.element_ty)
     tl.store(h_ptr + row + offs, h, mask=mask)
     if QUANT:
