@@ -15,11 +15,8 @@ No re-layout of the checkpoint: the kernel reads the packed index stream of note
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import math
 import os
-import shutil
-import subprocess
 import threading
 import warnings
 from pathlib import Path
@@ -27,6 +24,7 @@ from pathlib import Path
 import torch
 
 from compress.errors import CompressError
+from kernels import cuda_build
 
 SRC = Path(__file__).resolve().parent / "csrc" / "vptq_gemv.cu"
 MAIN_BITS = (12, 13)
@@ -69,39 +67,16 @@ def variant() -> str:
     return name
 
 
-def _nvcc() -> str | None:
-    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
-    if home and (Path(home) / "bin" / "nvcc").exists():
-        return str(Path(home) / "bin" / "nvcc")
-    return shutil.which("nvcc")
-
-
-def _arch(device: torch.device) -> str:
-    major, minor = torch.cuda.get_device_capability(device)
-    suffix = "a" if (major, minor) == (9, 0) else ""  # sm_90a: Hopper's own instruction set
-    return f"{major}{minor}{suffix}"
+# The build helper lives in kernels/cuda_build.py (shared with the W4A16 GEMV); these names stay for
+# kernels/vptq_probe.py.
+_nvcc = cuda_build.nvcc
+_arch = cuda_build.arch
 
 
 def _compile(device: torch.device, name: str) -> Path:
     warps, roll = VARIANTS[name]
-    nvcc = _nvcc()
-    if nvcc is None:
-        raise CompressError("vptq CUDA kernel: nvcc not found (set CUDA_HOME); using the Triton kernel")
-    arch = _arch(device)
-    flags = [f"-DVPTQ_WARPS={warps}", f"-DVPTQ_ROLL={roll}"]
-    key = hashlib.sha256(SRC.read_bytes() + " ".join([arch, *flags]).encode()).hexdigest()[:16]
-    cache = Path(os.environ.get("COMPRESS_KERNEL_CACHE", Path.home() / ".cache" / "compress" / "kernels"))
-    lib = cache / f"vptq_gemv_{name}_{key}.so"
-    if not lib.exists():
-        cache.mkdir(parents=True, exist_ok=True)
-        tmp = lib.with_suffix(f".{os.getpid()}.tmp")
-        cmd = [nvcc, "-O3", "-std=c++17", "-diag-suppress=177", *flags, f"-gencode=arch=compute_{arch},code=sm_{arch}",
-               "-shared", "-Xcompiler", "-fPIC", "-o", str(tmp), str(SRC)]
-        res = subprocess.run(cmd, capture_output=True, text=True)
-        if res.returncode != 0:
-            raise CompressError(f"vptq CUDA kernel: nvcc failed ({' '.join(cmd)}): {res.stderr.strip()[-2000:]}")
-        os.replace(tmp, lib)
-    return lib
+    return cuda_build.compile_library(SRC, name, [f"-DVPTQ_WARPS={warps}", f"-DVPTQ_ROLL={roll}"], _arch(device),
+                                      "vptq CUDA kernel", "using the Triton kernel")
 
 
 def prebuild(device: torch.device, names: list[str]) -> None:

@@ -114,9 +114,29 @@ def _path(cfg: dict) -> str:
     return f"{kind} {tiles}/{cfg.get('num_warps', '')}w{extra}"
 
 
+def _ours_w4a16(x, p, gs: int, ref: torch.Tensor | None) -> dict:
+    """Our W4A16 paths on one call: the Triton launcher, and the CUDA C++ GEMV where it covers M (<= 8) and built.
+    kernel_ms is the faster of the two (the runtime's PathTable makes the same choice); rel_err the worse."""
+    from kernels import w4a16_cuda
+    from kernels.w4a16 import _config, w4a16_linear
+
+    args = (x, p["qweight"], p["scales"], p["zeros"], gs)
+    n = p["qweight"].shape[0]
+    tri = time_ms(lambda: w4a16_linear(*args))
+    errs = [] if ref is None else [_rel_err(w4a16_linear(*args), ref)]
+    cuda = None
+    if w4a16_cuda.supports(*args):
+        cuda = time_ms(lambda: w4a16_cuda.w4a16_gemv(*args))
+        if ref is not None:
+            errs.append(_rel_err(w4a16_cuda.w4a16_gemv(*args), ref))
+    won = cuda is not None and cuda < tri
+    return {"ours": cuda if won else tri, "triton_ms": tri, "cuda_gemv_ms": cuda, "rel_err": max(errs) if errs else None,
+            "path": w4a16_cuda.planned(n, x.shape[-1], x.shape[0]) if won else _path(_config(x.shape[0], n))}
+
+
 def run_w4a16(copy_gbs: float, quick: bool) -> list[dict]:
     from compress.packing.int4 import unpack_int4
-    from kernels.w4a16 import _config, w4a16_linear, w4a16_linear_ref
+    from kernels.w4a16 import w4a16_linear_ref
 
     rows = []
     gl = _Gemlite()
@@ -135,16 +155,16 @@ def run_w4a16(copy_gbs: float, quick: bool) -> list[dict]:
         wbytes = p["qweight"].numel() * 4 + p["scales"].numel() * 2
         for m in QUICK_M if quick else BENCH_M:
             x = torch.randn(m, k, device="cuda").half()
-            err = _rel_err(w4a16_linear(x, p["qweight"], p["scales"]), w4a16_linear_ref(x, p["qweight"], p["scales"])) \
-                if m in (1, 16, 64, 256) else None
-            ours = time_ms(lambda: w4a16_linear(x, p["qweight"], p["scales"]))
+            want = w4a16_linear_ref(x, p["qweight"], p["scales"]) if m in (1, 2, 4, 8, 16, 64, 256) else None
+            o = _ours_w4a16(x, p, 128, want)
             ref = time_ms(lambda: F.linear(x, w))
             peer = None
             if tiny is not None:
                 xb = x.bfloat16()
                 peer = time_ms(lambda: torch.ops.aten._weight_int4pack_mm(xb, tiny[0], 128, tiny[1]))
-            rows.append(_row(name, n, k, m, ours, ref, wbytes + 2 * m * (k + n), copy_gbs, rel_err=err, tinygemm_ms=peer,
-                             gemlite_ms=gl.time(glin, x), path=_path(_config(m, n))))
+            rows.append(_row(name, n, k, m, o["ours"], ref, wbytes + 2 * m * (k + n), copy_gbs, rel_err=o["rel_err"],
+                             tinygemm_ms=peer, gemlite_ms=gl.time(glin, x), triton_ms=o["triton_ms"],
+                             cuda_gemv_ms=o["cuda_gemv_ms"], path=o["path"]))
         del p, w, tiny, glin, u
     # Group 64 and asymmetric at decode sizes, for the record.
     for name, n, k in LLAMA_SHAPES[:4]:
@@ -152,14 +172,13 @@ def run_w4a16(copy_gbs: float, quick: bool) -> list[dict]:
             p = make_int4(n, k, gs, sym, torch.float16, "cuda", seed=gs)
             w = _dense(n, k)
             wbytes = p["qweight"].numel() * 4 + p["scales"].numel() * 2 + (p["zeros"].numel() if p["zeros"] is not None else 0)
-            for m in (1, 16):
+            for m in (1, 8, 16):
                 x = torch.randn(m, k, device="cuda").half()
-                err = _rel_err(w4a16_linear(x, p["qweight"], p["scales"], p["zeros"], gs),
-                               w4a16_linear_ref(x, p["qweight"], p["scales"], p["zeros"], gs))
-                ours = time_ms(lambda: w4a16_linear(x, p["qweight"], p["scales"], p["zeros"], gs))
+                o = _ours_w4a16(x, p, gs, w4a16_linear_ref(x, p["qweight"], p["scales"], p["zeros"], gs))
                 ref = time_ms(lambda: F.linear(x, w))
-                rows.append(_row(name, n, k, m, ours, ref, wbytes + 2 * m * (k + n), copy_gbs, rel_err=err,
-                                 variant=f"g{gs} {'sym' if sym else 'asym'}", path=_path(_config(m, n))))
+                rows.append(_row(name, n, k, m, o["ours"], ref, wbytes + 2 * m * (k + n), copy_gbs, rel_err=o["rel_err"],
+                                 variant=f"g{gs} {'sym' if sym else 'asym'}", triton_ms=o["triton_ms"],
+                                 cuda_gemv_ms=o["cuda_gemv_ms"], path=o["path"]))
     return rows
 
 

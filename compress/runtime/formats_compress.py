@@ -38,6 +38,9 @@ def _unpack_24(values, meta, shape) -> torch.Tensor:
     return sp24_fmt.unpack_sparse24(values, meta, shape)
 
 
+CUDA_GEMV_MAX_M = 8  # kernels.w4a16_cuda.MAX_M (not imported here: kernels/ loads lazily)
+
+
 @register_format("compress.int4")
 class Int4Linear(QuantLinear):
     """Group-wise int4 weights in the compress.int4 kernel layout; fp16/bf16 activations."""
@@ -120,8 +123,17 @@ class Int4Linear(QuantLinear):
         w = _dequant_int4(self.qweight, self.scales, self.zeros, self.group_size, self.in_features, x2d.dtype)
         return torch.nn.functional.linear(x2d, w)
 
+    def cuda_gemv(self, x2d):
+        return kb.kernel_module("w4a16_cuda").w4a16_gemv(x2d, self.qweight, self.scales, self.zeros, self.group_size)
+
     def kernel_paths(self, x2d):
-        return [("kernel", partial(self.kernel, x2d)), ("dequant+cublas", partial(self.dequant_cublas, x2d))]
+        paths = [("kernel", partial(self.kernel, x2d)), ("dequant+cublas", partial(self.dequant_cublas, x2d))]
+        # The CUDA C++ GEMV (kernels/w4a16_cuda.py) covers M <= 8 where its build succeeded; PathTable times it
+        # against the Triton kernel per (shape, M) and keeps the faster.
+        if x2d.shape[0] <= CUDA_GEMV_MAX_M and kb.unavailable(x2d.device, "w4a16_cuda", "supports") is None and \
+                kb.kernel_module("w4a16_cuda").supports(x2d, self.qweight, self.scales, self.zeros, self.group_size):
+            paths.append(("cuda_gemv", partial(self.cuda_gemv, x2d)))
+        return paths
 
 
 

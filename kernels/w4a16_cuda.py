@@ -1,0 +1,245 @@
+"""CUDA C++ W4A16 decode GEMV (kernels/csrc/w4a16_gemv.cu) for M = 1..8 tokens over the compress.int4 layout:
+built with nvcc on first use (kernels/cuda_build.py), loaded through ctypes, launched on torch's current stream.
+
+Why not Triton: the Triton W4A16 kernels (kernels/w4a16.py) stream the int4 weights at 1.0-1.5 TB/s on the
+Llama-3-8B layers (bench/results/h100/kernels/NOTES.md), about half the copy bandwidth; the CUDA kernel puts
+16-byte weight loads two pipeline steps deep in registers and dequantizes a word (8 weights) in 13
+instructions straight into tensor-core fragments (the .cu header has the layout and the instruction count).
+
+Covered: M = 1..8, group 64 / 128, symmetric and asymmetric, fp16 or bf16 activations with scales of the
+same dtype (the runtime keeps them so), the checkpoint's packed tensors as they are. Anything else raises
+`CompressError` from `w4a16_gemv`; `supports` answers without raising (the runtime's path choice asks it).
+COMPRESS_W4A16_CUDA=0 turns the kernel off; COMPRESS_W4A16_VARIANT picks a build variant.
+
+Public: `w4a16_gemv` (launcher, registered as torch.ops.compress.w4a16_gemv), `supports`, `plan`, `build`.
+The plain-torch reference of the same math is kernels.w4a16.w4a16_linear_ref.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+import warnings
+from pathlib import Path
+
+import torch
+
+from compress.errors import CompressError
+from compress.packing.int4 import BLOCK_K, GROUP_SIZES, num_groups, padded_k
+from kernels import cuda_build
+
+SRC = Path(__file__).resolve().parent / "csrc" / "w4a16_gemv.cu"
+MAX_M = 8  # the mma's 8 token columns
+# Build variants: name -> (warps per CTA, 128-k blocks per pipeline step). A CTA owns 16 rows per warp.
+VARIANTS = {"w8s2": (8, 2), "w8s4": (8, 4), "w4s2": (4, 2), "w4s4": (4, 4)}
+DEFAULT_VARIANT = "w8s2"
+# Split-K plan (see `plan`): CTAs launched = about WAVES x (16 warps' worth of CTAs per SM); no K chunk shorter
+# than MIN_BLOCKS blocks of 128; staged activations at most STAGED_BYTES per CTA.
+WAVES = 2.0
+MIN_BLOCKS = 2
+STAGED_BYTES = 32 * 1024
+_RC = {-1: "M outside 1..8", -2: "group_size not 64/128", -3: "bad split-K plan", -4: "staged activations over 32 KB"}
+
+_lock = threading.Lock()
+_libs: dict[tuple[str, str], ctypes.CDLL] = {}
+_failed: dict[tuple[str, str], str] = {}
+_warned: list[bool] = []
+_ws: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+_keep: list[torch.Tensor] = []  # outgrown workspaces stay alive: CUDA graphs may still point at them
+
+
+def enabled() -> bool:
+    return os.environ.get("COMPRESS_W4A16_CUDA", "1") != "0"
+
+
+def variant() -> str:
+    name = os.environ.get("COMPRESS_W4A16_VARIANT", DEFAULT_VARIANT)
+    if name not in VARIANTS:
+        raise CompressError(f"COMPRESS_W4A16_VARIANT={name!r} is not one of {sorted(VARIANTS)}; unset it or pick one")
+    return name
+
+
+def compile_variant(arch_code: str, name: str) -> Path:
+    """Build (or find cached) the library of one variant for an architecture code such as "90a"."""
+    warps, stage = VARIANTS[name]
+    return cuda_build.compile_library(SRC, name, [f"-DW4_WARPS={warps}", f"-DW4_STAGE={stage}"], arch_code,
+                                      "w4a16 CUDA GEMV", "the Triton kernels serve instead")
+
+
+def build(device: torch.device, name: str | None = None) -> ctypes.CDLL:
+    """Compile (once per source / arch / variant, cached on disk) and load the library."""
+    name = name or variant()
+    key = (cuda_build.arch(device), name)
+    with _lock:
+        if key in _libs:
+            return _libs[key]
+        if key in _failed:
+            raise CompressError(_failed[key])
+        try:
+            so = ctypes.CDLL(str(compile_variant(key[0], name)))
+        except (CompressError, OSError) as e:
+            _failed[key] = str(e)
+            raise CompressError(str(e)) from None
+        p, i = ctypes.c_void_p, ctypes.c_int
+        so.w4a16_gemv.restype = i
+        so.w4a16_gemv.argtypes = [p, i, p, p, p, p, p, p, i, i, i, i, i, i, i, p]
+        so.w4a16_gemv_rows_per_cta.restype = i
+        so.w4a16_gemv_variant.restype = i
+        _libs[key] = so
+        return so
+
+
+def prebuild(device: torch.device, names: list[str]) -> None:
+    """Compile several variants at once (parallel nvcc processes), for the benchmark's sweep."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    arch_code = cuda_build.arch(device)
+    with ThreadPoolExecutor(len(names)) as pool:
+        list(pool.map(lambda nm: compile_variant(arch_code, nm), names))
+
+
+def plan(n: int, k: int, m: int, sms: int, warps: int, waves: float | None = None,
+         min_blocks: int | None = None) -> tuple[int, int]:
+    """(per, split): 128-k blocks per CTA and number of K chunks.
+
+    Why split K: at decode sizes one CTA per 16*warps rows leaves SMs idle (N=4096 with 8 warps: 32 CTAs for
+    132 SMs), and every SM must keep loads in flight to reach the copy bandwidth. Each extra chunk costs one
+    fp32 partial per output (written and read back once), small next to the weights.
+    """
+    waves = WAVES if waves is None else waves
+    min_blocks = MIN_BLOCKS if min_blocks is None else min_blocks
+    kblocks = padded_k(k) // BLOCK_K
+    groups = -(-n // (16 * warps))
+    want = max(1, int(sms * (16 // warps) * waves))
+    split = max(1, min(kblocks, -(-want // groups)))
+    per = -(-kblocks // split)
+    per = max(per, min(min_blocks, kblocks))
+    per = min(per, STAGED_BYTES // (256 * m))
+    return per, -(-kblocks // per)
+
+
+def _check(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None,
+           group_size: int) -> tuple[int, int]:
+    """Shapes, dtypes and layout first (so these errors read the same on any device), then the device."""
+    what = "w4a16_gemv"
+    if x.dtype not in (torch.float16, torch.bfloat16):
+        raise CompressError(f"{what}: activations must be float16 or bfloat16, got {x.dtype}; cast x first")
+    if group_size not in GROUP_SIZES:
+        raise CompressError(f"{what}: group_size={group_size} is not supported; use one of {GROUP_SIZES}")
+    k = x.shape[-1]
+    m = x.numel() // k if k else 0
+    if m > MAX_M:
+        raise CompressError(f"{what}: M={m} tokens is more than this GEMV's {MAX_M}; use kernels.w4a16.w4a16_linear "
+                            "for larger batches")
+    if qweight.dtype != torch.int32 or qweight.dim() != 2 or qweight.shape[1] * 8 != padded_k(k):
+        raise CompressError(
+            f"{what}: qweight {tuple(qweight.shape)} {qweight.dtype} does not fit in_features={k}; "
+            f"expected int32 (N, {padded_k(k) // 8}) from compress.packing.int4.pack_int4"
+        )
+    n = qweight.shape[0]
+    g = num_groups(k, group_size)
+    if tuple(scales.shape) != (g, n):
+        raise CompressError(f"{what}: scales {tuple(scales.shape)} do not match; expected (G, N) = {(g, n)} "
+                            f"for group_size={group_size}")
+    if scales.dtype != x.dtype:
+        raise CompressError(f"{what}: scales are {scales.dtype} but x is {x.dtype}; cast the scales to the "
+                            "activation dtype once at load")
+    if zeros is not None and (tuple(zeros.shape) != (g, n) or zeros.dtype != torch.uint8):
+        raise CompressError(f"{what}: zeros {tuple(zeros.shape)} {zeros.dtype} do not match; expected uint8 {(g, n)}")
+    for name, t in (("qweight", qweight), ("scales", scales), ("zeros", zeros)):
+        if t is not None and not t.is_contiguous():
+            raise CompressError(f"{what}: {name} is not contiguous; pass {name}.contiguous() (once, at load)")
+    if qweight.data_ptr() % 16:
+        raise CompressError(f"{what}: qweight is not 16-byte aligned (a view at an offset?); pass qweight.clone()")
+    devices = {t.device for t in (x, qweight, scales, zeros) if t is not None}
+    if len(devices) > 1:
+        raise CompressError(f"{what}: tensors are on different devices {sorted(map(str, devices))}; move them to one device")
+    if x.device.type != "cuda":
+        raise CompressError(f"{what}: needs CUDA tensors, got {x.device}; use kernels.w4a16.w4a16_linear_ref on the CPU")
+    return n, k
+
+
+def supports(x2: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None,
+             group_size: int) -> bool:
+    """True when `w4a16_gemv` can run this call here (the checks of the launcher, and a successful build)."""
+    if not enabled() or x2.device.type != "cuda" or not 1 <= x2.numel() // max(1, x2.shape[-1]) <= MAX_M:
+        return False
+    try:
+        _check(x2, qweight, scales, zeros, group_size)
+        build(x2.device)
+    except CompressError as e:
+        if "nvcc" in str(e) and not _warned:  # no compiler or a failed build: the Triton kernels serve, say why once
+            warnings.warn(str(e), stacklevel=2)
+            _warned.append(True)
+        return False
+    return True
+
+
+def _workspace(device: torch.device, floats: int, tiles: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(fp32 partials, int32 counters). Counters start at zero and the kernel leaves them so."""
+    ws, cnt = _ws.get(device, (None, None))
+    if ws is None or ws.numel() < floats or cnt.numel() < tiles:
+        if ws is not None:
+            _keep.extend((ws, cnt))
+        ws = torch.empty(max(floats, 1 << 20), dtype=torch.float32, device=device)
+        cnt = torch.zeros(max(tiles, 4096), dtype=torch.int32, device=device)
+        _ws[device] = (ws, cnt)
+    return ws, cnt
+
+
+def _launch(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None, group_size: int,
+            name: str | None = None, waves: float | None = None, min_blocks: int | None = None) -> torch.Tensor:
+    n, k = _check(x, qweight, scales, zeros, group_size)
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, k).contiguous()  # (M, K)
+    m = x2.shape[0]
+    out = torch.empty(m, n, device=x.device, dtype=x.dtype)
+    if m == 0:
+        return out.reshape(*lead, n)
+    name = name or variant()
+    lib = build(x.device, name)
+    warps = VARIANTS[name][0]
+    sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+    per, split = plan(n, k, m, sms, warps, waves, min_blocks)
+    ws, cnt = _workspace(x.device, split * m * n if split > 1 else 0, -(-n // (16 * warps)))
+    rc = lib.w4a16_gemv(
+        x2.data_ptr(), int(x.dtype == torch.bfloat16), qweight.data_ptr(), scales.data_ptr(),
+        zeros.data_ptr() if zeros is not None else None, out.data_ptr(), ws.data_ptr(), cnt.data_ptr(), m, n, k,
+        x2.stride(0), group_size, per, split, torch.cuda.current_stream(x.device).cuda_stream)
+    if rc != 0:
+        raise CompressError(f"w4a16 CUDA GEMV: launch failed with code {rc} ({_RC.get(rc, 'CUDA error')}; M={m}, N={n}, "
+                            f"K={k}, group {group_size}, per={per}, split={split}, variant {name})")
+    return out.reshape(*lead, n)
+
+
+@torch.library.custom_op("compress::w4a16_gemv", mutates_args=())
+def _w4a16_gemv_op(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None,
+                   group_size: int) -> torch.Tensor:
+    return _launch(x, qweight, scales, zeros, group_size)
+
+
+@_w4a16_gemv_op.register_fake
+def _(x, qweight, scales, zeros, group_size):
+    return x.new_empty(*x.shape[:-1], qweight.shape[0])
+
+
+def w4a16_gemv(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None = None,
+               group_size: int = 128, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """y = x @ W^T (+ bias), W in the compress.int4 layout, for at most 8 tokens.
+
+    x (..., K) fp16/bf16 with M = prod(...) <= 8; qweight int32 (N, Kp/8); scales (G, N) in x's dtype;
+    zeros uint8 (G, N) or None (symmetric, z = 8). Returns (..., N) in x's dtype.
+    """
+    _check(x, qweight, scales, zeros, group_size)  # here too: the custom op would wrap the error
+    y = torch.ops.compress.w4a16_gemv(x, qweight, scales, zeros, group_size)
+    return y + bias if bias is not None else y
+
+
+def planned(n: int, k: int, m: int, name: str | None = None) -> str:
+    """The plan as text, for benchmark tables: variant, K chunk and split (on GPU 0)."""
+    name = name or variant()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count if torch.cuda.is_available() else 132
+    per, split = plan(n, k, m, sms, VARIANTS[name][0])
+    return f"cuda gemv {name} per{per} x{split}"
+

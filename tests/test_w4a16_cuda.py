@@ -1,0 +1,197 @@
+"""The CUDA C++ W4A16 GEMV (kernels/w4a16_cuda.py) against the plain-torch reference, its launcher's errors,
+its split-K plan, its build, and its place among the runtime's int4 paths."""
+
+import pytest
+import torch
+
+from compress.errors import CompressError
+from compress.packing.int4 import padded_k
+from kernels import w4a16_cuda
+from kernels.cases import make_int4
+from kernels.w4a16 import w4a16_linear_ref
+
+CUDA = torch.cuda.is_available()
+gpu = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU (the kernel is CUDA C++)")
+TOL = {torch.float16: 2e-3, torch.bfloat16: 1e-2}
+
+# (N, K): odd N (partial CTAs and partial warps), K = 64 * odd (a half block; group 64 then has a missing
+# second group in the last block), a one-block K, real Llama-3 shapes (split K over many CTAs).
+SHAPES = [(40, 256), (33, 192), (100, 64), (257, 320), (4096, 4096), (1024, 14336), (14336, 4096)]
+
+
+def rel_err(a, b):
+    assert torch.isfinite(a).all()
+    return ((a.float() - b.float()).norm() / b.float().norm()).item()
+
+
+def layer(n, k, gs, sym, dtype, device="cuda", seed=0):
+    return make_int4(n, k, gs, sym, dtype, device, seed=seed)
+
+
+# ----------------------------------------------------------------------------------------------------- GPU
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("gs", [64, 128])
+@pytest.mark.parametrize("sym", [True, False], ids=["sym", "asym"])
+@pytest.mark.parametrize("n,k", SHAPES, ids=[f"{n}x{k}" for n, k in SHAPES])
+def test_gemv_matches_reference(dtype, gs, sym, n, k):
+    p = layer(n, k, gs, sym, dtype, seed=n + k + gs)
+    for m in (1, 3, 8):
+        x = torch.randn(m, k, device="cuda", generator=torch.Generator("cuda").manual_seed(m)).to(dtype)
+        out = w4a16_cuda.w4a16_gemv(x, p["qweight"], p["scales"], p["zeros"], gs)
+        assert out.shape == (m, n) and out.dtype == dtype
+        err = rel_err(out, w4a16_linear_ref(x, p["qweight"], p["scales"], p["zeros"], gs))
+        assert err < TOL[dtype], f"M={m}: rel err {err:.2e}"
+
+
+@gpu
+@pytest.mark.parametrize("name", sorted(w4a16_cuda.VARIANTS))
+def test_every_build_variant_matches_reference(name):
+    n, k = 1000, 2112  # K = 64 * 33
+    p = layer(n, k, 64, False, torch.float16, seed=5)
+    for m in (1, 2, 5, 8):
+        x = torch.randn(m, k, device="cuda").half()
+        out = w4a16_cuda._launch(x, p["qweight"], p["scales"], p["zeros"], 64, name=name)
+        assert rel_err(out, w4a16_linear_ref(x, p["qweight"], p["scales"], p["zeros"], 64)) < TOL[torch.float16]
+
+
+@gpu
+@pytest.mark.parametrize("waves,min_blocks", [(0.01, 64), (1.0, 1), (8.0, 1)])
+def test_split_plans_agree(waves, min_blocks):
+    """No split (one CTA per row group), a few chunks and one block per chunk give the reference's output."""
+    n, k = 520, 4096
+    p = layer(n, k, 128, True, torch.bfloat16, seed=2)
+    x = torch.randn(4, k, device="cuda").bfloat16()
+    out = w4a16_cuda._launch(x, p["qweight"], p["scales"], None, 128, waves=waves, min_blocks=min_blocks)
+    assert rel_err(out, w4a16_linear_ref(x, p["qweight"], p["scales"], None, 128)) < TOL[torch.bfloat16]
+
+
+@gpu
+def test_same_inputs_same_bytes_and_graph_replay():
+    """Split-K sums in a fixed order (no float atomics): repeated calls, and CUDA-graph replays (the counters
+    reset themselves), give identical bytes."""
+    n, k = 4096, 14336
+    p = layer(n, k, 128, True, torch.float16, seed=3)
+    x = torch.randn(2, k, device="cuda").half()
+    first = w4a16_cuda.w4a16_gemv(x, p["qweight"], p["scales"])
+    assert torch.equal(first, w4a16_cuda.w4a16_gemv(x, p["qweight"], p["scales"]))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = w4a16_cuda.w4a16_gemv(x, p["qweight"], p["scales"])
+    for _ in range(3):
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, first)
+
+
+@gpu
+def test_leading_dims_bias_and_empty():
+    n, k = 96, 384
+    p = layer(n, k, 128, True, torch.float16, seed=4)
+    x = torch.randn(2, 3, k, device="cuda").half()
+    bias = torch.randn(n, device="cuda").half()
+    out = w4a16_cuda.w4a16_gemv(x, p["qweight"], p["scales"], bias=bias)
+    want = w4a16_linear_ref(x.reshape(6, k), p["qweight"], p["scales"]).reshape(2, 3, n) + bias
+    assert out.shape == (2, 3, n) and rel_err(out, want) < TOL[torch.float16]
+    assert w4a16_cuda.w4a16_gemv(x[:0], p["qweight"], p["scales"]).shape == (0, 3, n)
+
+
+@gpu
+def test_runtime_offers_and_measures_the_cuda_path():
+    from compress.runtime.formats_compress import Int4Linear
+    from compress.runtime.paths import PathTable
+    from compress.runtime.spec import LayerSpec
+
+    n, k = 1024, 4096
+    p = layer(n, k, 128, False, torch.float16, seed=6)
+    spec = LayerSpec(name="l", format="compress.int4", in_features=k, out_features=n)
+    mod = Int4Linear(spec, torch.float16, p["qweight"], p["scales"], p["zeros"], 128)
+    mod.register_buffer("bias", None)
+    mod.use_kernel()
+    x = torch.randn(4, k, device="cuda").half()
+    paths = dict(mod.kernel_paths(x))
+    assert "cuda_gemv" in paths
+    assert "cuda_gemv" not in dict(mod.kernel_paths(torch.randn(9, k, device="cuda").half()))
+    assert rel_err(paths["cuda_gemv"](), mod.reference(x)) < TOL[torch.float16]
+    table = PathTable()
+    table.run(("t",), mod.kernel_paths(x), x.device)
+    timed = table.timings[("t",)]
+    assert "cuda_gemv" in timed and "cuda_gemv (mismatch)" not in timed and "cuda_gemv (failed)" not in timed
+
+
+# ----------------------------------------------------------------------------------------------------- CPU
+def cpu_layer(n=64, k=256, gs=128, sym=True, dtype=torch.float16):
+    return layer(n, k, gs, sym, dtype, device="cpu")
+
+
+@pytest.mark.parametrize("change,match", [
+    (dict(x=torch.zeros(1, 256)), r"activations must be float16 or bfloat16, got torch.float32; cast x first"),
+    (dict(group_size=32), r"group_size=32 is not supported; use one of \(64, 128\)"),
+    (dict(x=torch.zeros(9, 256).half()), r"M=9 tokens is more than this GEMV's 8; use kernels.w4a16.w4a16_linear"),
+    (dict(x=torch.zeros(1, 384).half()), r"qweight \(64, 32\) torch.int32 does not fit in_features=384; expected int32 \(N, 48\)"),
+    (dict(scales=torch.zeros(3, 64).half()), r"scales \(3, 64\) do not match; expected \(G, N\) = \(2, 64\)"),
+    (dict(scales=torch.zeros(2, 64)), r"scales are torch.float32 but x is torch.float16; cast the scales"),
+    (dict(zeros=torch.zeros(2, 64, dtype=torch.int32)), r"zeros \(2, 64\) torch.int32 do not match; expected uint8"),
+    (dict(scales=torch.zeros(64, 2).half().t()), r"scales is not contiguous; pass scales.contiguous\(\)"),
+    ({}, r"needs CUDA tensors, got cpu; use kernels.w4a16.w4a16_linear_ref on the CPU"),
+])
+def test_launcher_errors_name_the_value_and_the_fix(change, match):
+    p = cpu_layer()
+    args = dict(x=torch.zeros(1, 256).half(), qweight=p["qweight"], scales=p["scales"], zeros=None, group_size=128)
+    args.update(change)
+    with pytest.raises(CompressError, match=match):
+        w4a16_cuda.w4a16_gemv(**args)
+
+
+def test_unaligned_qweight_is_refused():
+    p = cpu_layer(n=65)
+    q = p["qweight"].reshape(-1)[1:].reshape(-1)[: 64 * 32].reshape(64, 32)  # a view 4 bytes in
+    with pytest.raises(CompressError, match="not 16-byte aligned"):
+        w4a16_cuda.w4a16_gemv(torch.zeros(1, 256).half(), q, p["scales"][:, :64].contiguous())
+
+
+def test_supports_is_false_on_cpu_and_with_the_kill_switch(monkeypatch):
+    p = cpu_layer()
+    assert not w4a16_cuda.supports(torch.zeros(1, 256).half(), p["qweight"], p["scales"], None, 128)
+    monkeypatch.setenv("COMPRESS_W4A16_CUDA", "0")
+    assert not w4a16_cuda.enabled()
+    monkeypatch.setenv("COMPRESS_W4A16_VARIANT", "w9")
+    with pytest.raises(CompressError, match=r"COMPRESS_W4A16_VARIANT='w9' is not one of"):
+        w4a16_cuda.variant()
+
+
+@pytest.mark.parametrize("warps", [4, 8])
+@pytest.mark.parametrize("m", [1, 3, 8])
+@pytest.mark.parametrize("n,k", [(1024, 4096), (4096, 4096), (14336, 4096), (4096, 14336), (8192, 28672),
+                                 (28672, 8192), (33, 192), (100, 64)])
+def test_plan_covers_k_once_and_fits_shared_memory(warps, m, n, k):
+    kblocks = padded_k(k) // 128
+    per, split = w4a16_cuda.plan(n, k, m, 132, warps)
+    assert per >= 1 and split >= 1
+    assert per * split >= kblocks and per * (split - 1) < kblocks  # every block in exactly one chunk, none empty
+    assert per * 4 * 4 * m * 16 <= w4a16_cuda.STAGED_BYTES
+    groups = -(-n // (16 * warps))
+    assert groups * split <= 64 * 132  # grid stays a few waves at most
+
+
+def test_runtime_offers_no_cuda_path_on_cpu():
+    from compress.runtime.formats_compress import Int4Linear
+    from compress.runtime.spec import LayerSpec
+
+    p = cpu_layer()
+    mod = Int4Linear(LayerSpec(name="l", format="compress.int4", in_features=256, out_features=64), torch.float16,
+                     p["qweight"], p["scales"], None, 128)
+    assert [name for name, _ in mod.kernel_paths(torch.zeros(1, 256).half())] == ["kernel", "dequant+cublas"]
+
+
+@pytest.mark.skipif(w4a16_cuda.cuda_build.nvcc() is None, reason="nvcc not installed")
+def test_source_compiles_for_the_h100(tmp_path, monkeypatch):
+    """The default variant builds for sm_90a with this machine's nvcc (no GPU needed) and exports the entry
+    points the launcher binds."""
+    import ctypes
+
+    monkeypatch.setenv("COMPRESS_KERNEL_CACHE", str(tmp_path))
+    lib = ctypes.CDLL(str(w4a16_cuda.compile_variant("90a", w4a16_cuda.DEFAULT_VARIANT)))
+    warps, stage = w4a16_cuda.VARIANTS[w4a16_cuda.DEFAULT_VARIANT]
+    assert lib.w4a16_gemv_variant() == warps * 10 + stage
+    assert lib.w4a16_gemv_rows_per_cta() == 16 * warps
