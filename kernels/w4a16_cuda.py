@@ -9,7 +9,7 @@ instructions straight into tensor-core fragments (the .cu header has the layout 
 Covered: M = 1..8, group 64 / 128, symmetric and asymmetric, fp16 or bf16 activations with scales of the
 same dtype (the runtime keeps them so), the checkpoint's packed tensors as they are. Anything else raises
 `CompressError` from `w4a16_gemv`; `supports` answers without raising (the runtime's path choice asks it).
-COMPRESS_W4A16_CUDA=0 turns the kernel off; COMPRESS_W4A16_VARIANT picks a build variant.
+COMPRESS_W4A16_CUDA=0 turns the kernel off; COMPRESS_W4A16_VARIANT forces a build variant.
 
 Public: `w4a16_gemv` (launcher, registered as torch.ops.compress.w4a16_gemv), `supports`, `plan`, `build`.
 The plain-torch reference of the same math is kernels.w4a16.w4a16_linear_ref.
@@ -31,12 +31,16 @@ from kernels import cuda_build
 
 SRC = Path(__file__).resolve().parent / "csrc" / "w4a16_gemv.cu"
 MAX_M = 8  # the mma's 8 token columns
-# Build variants: name -> (warps per CTA, 128-k blocks per pipeline step). A CTA owns 16 rows per warp.
-VARIANTS = {"w8s2": (8, 2), "w8s4": (8, 4), "w4s2": (4, 2), "w4s4": (4, 4)}
-DEFAULT_VARIANT = "w8s2"
-# Split-K plan (see `plan`): CTAs launched = about WAVES x (16 warps' worth of CTAs per SM); no K chunk shorter
+# Build variants: name -> (warps per CTA, 128-k blocks per pipeline step, weight-load policy). A CTA owns 16 rows
+# per warp. Load policy (see the .cu): 0 evict-first, 1 no-L1 + 256-byte L2 fetches ("p"), 2 plain ("n").
+VARIANTS = {"w8s2": (8, 2, 0), "w8s4": (8, 4, 0), "w4s2": (4, 2, 0), "w4s4": (4, 4, 0),
+            "w8s2p": (8, 2, 1), "w4s2p": (4, 2, 1), "w4s2n": (4, 2, 2)}
+# (variant, waves) per M bucket (M <= 2, <= 4, <= 8). First H100 sweep (bench/results/h100/kernels/w4a16_cuda_run1,
+# geo-mean over 10 Llama-3 shapes): M=1 w4s2 waves 1 24.5 us (w8s2 waves 2: 25.9 us), M=8 w8s2 waves 2 31.4 us.
+DEFAULTS = {2: ("w4s2", 1.0), 4: ("w8s2", 2.0), 8: ("w8s2", 2.0)}
+DEFAULT_VARIANT = "w8s2"  # the one the tests build first
+# Split-K plan (see `plan`): CTAs launched = about `waves` x (16 warps' worth of CTAs per SM); no K chunk shorter
 # than MIN_BLOCKS blocks of 128; staged activations at most STAGED_BYTES per CTA.
-WAVES = 2.0
 MIN_BLOCKS = 2
 STAGED_BYTES = 32 * 1024
 _RC = {-1: "M outside 1..8", -2: "group_size not 64/128", -3: "bad split-K plan", -4: "staged activations over 32 KB"}
@@ -53,23 +57,27 @@ def enabled() -> bool:
     return os.environ.get("COMPRESS_W4A16_CUDA", "1") != "0"
 
 
-def variant() -> str:
-    name = os.environ.get("COMPRESS_W4A16_VARIANT", DEFAULT_VARIANT)
-    if name not in VARIANTS:
-        raise CompressError(f"COMPRESS_W4A16_VARIANT={name!r} is not one of {sorted(VARIANTS)}; unset it or pick one")
-    return name
+def default_config(m: int) -> tuple[str, float]:
+    """(variant, waves) for M tokens; COMPRESS_W4A16_VARIANT overrides the variant for every M."""
+    name, waves = DEFAULTS[next((b for b in sorted(DEFAULTS) if m <= b), max(DEFAULTS))]
+    env = os.environ.get("COMPRESS_W4A16_VARIANT")
+    if env is not None:
+        if env not in VARIANTS:
+            raise CompressError(f"COMPRESS_W4A16_VARIANT={env!r} is not one of {sorted(VARIANTS)}; unset it or pick one")
+        name = env
+    return name, waves
 
 
 def compile_variant(arch_code: str, name: str) -> Path:
     """Build (or find cached) the library of one variant for an architecture code such as "90a"."""
-    warps, stage = VARIANTS[name]
-    return cuda_build.compile_library(SRC, name, [f"-DW4_WARPS={warps}", f"-DW4_STAGE={stage}"], arch_code,
+    warps, stage, load = VARIANTS[name]
+    return cuda_build.compile_library(SRC, name, [f"-DW4_WARPS={warps}", f"-DW4_STAGE={stage}", f"-DW4_LOAD={load}"], arch_code,
                                       "w4a16 CUDA GEMV", "the Triton kernels serve instead")
 
 
 def build(device: torch.device, name: str | None = None) -> ctypes.CDLL:
     """Compile (once per source / arch / variant, cached on disk) and load the library."""
-    name = name or variant()
+    name = name or default_config(1)[0]
     key = (cuda_build.arch(device), name)
     with _lock:
         if key in _libs:
@@ -99,7 +107,7 @@ def prebuild(device: torch.device, names: list[str]) -> None:
         list(pool.map(lambda nm: compile_variant(arch_code, nm), names))
 
 
-def plan(n: int, k: int, m: int, sms: int, warps: int, waves: float | None = None,
+def plan(n: int, k: int, m: int, sms: int, warps: int, waves: float = 2.0,
          min_blocks: int | None = None) -> tuple[int, int]:
     """(per, split): 128-k blocks per CTA and number of K chunks.
 
@@ -107,7 +115,6 @@ def plan(n: int, k: int, m: int, sms: int, warps: int, waves: float | None = Non
     132 SMs), and every SM must keep loads in flight to reach the copy bandwidth. Each extra chunk costs one
     fp32 partial per output (written and read back once), small next to the weights.
     """
-    waves = WAVES if waves is None else waves
     min_blocks = MIN_BLOCKS if min_blocks is None else min_blocks
     kblocks = padded_k(k) // BLOCK_K
     groups = -(-n // (16 * warps))
@@ -163,11 +170,12 @@ def _check(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: 
 def supports(x2: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None,
              group_size: int) -> bool:
     """True when `w4a16_gemv` can run this call here (the checks of the launcher, and a successful build)."""
-    if not enabled() or x2.device.type != "cuda" or not 1 <= x2.numel() // max(1, x2.shape[-1]) <= MAX_M:
+    m = x2.numel() // max(1, x2.shape[-1])
+    if not enabled() or x2.device.type != "cuda" or not 1 <= m <= MAX_M:
         return False
     try:
         _check(x2, qweight, scales, zeros, group_size)
-        build(x2.device)
+        build(x2.device, default_config(m)[0])
     except CompressError as e:
         if "nvcc" in str(e) and not _warned:  # no compiler or a failed build: the Triton kernels serve, say why once
             warnings.warn(str(e), stacklevel=2)
@@ -197,7 +205,8 @@ def _launch(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros:
     out = torch.empty(m, n, device=x.device, dtype=x.dtype)
     if m == 0:
         return out.reshape(*lead, n)
-    name = name or variant()
+    dname, dwaves = default_config(m)
+    name, waves = name or dname, dwaves if waves is None else waves
     lib = build(x.device, name)
     warps = VARIANTS[name][0]
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count
@@ -237,9 +246,10 @@ def w4a16_gemv(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zer
 
 
 def planned(n: int, k: int, m: int, name: str | None = None) -> str:
-    """The plan as text, for benchmark tables: variant, K chunk and split (on GPU 0)."""
-    name = name or variant()
+    """The default plan as text, for benchmark tables: variant, K chunk and split (on GPU 0)."""
+    dname, waves = default_config(m)
+    name = name or dname
     sms = torch.cuda.get_device_properties(0).multi_processor_count if torch.cuda.is_available() else 132
-    per, split = plan(n, k, m, sms, VARIANTS[name][0])
+    per, split = plan(n, k, m, sms, VARIANTS[name][0], waves)
     return f"cuda gemv {name} per{per} x{split}"
 

@@ -150,6 +150,16 @@ def test_unaligned_qweight_is_refused():
         w4a16_cuda.w4a16_gemv(torch.zeros(1, 256).half(), q, p["scales"][:, :64].contiguous())
 
 
+def test_default_config_by_m(monkeypatch):
+    monkeypatch.delenv("COMPRESS_W4A16_VARIANT", raising=False)
+    for m in range(1, 9):
+        name, waves = w4a16_cuda.default_config(m)
+        assert name in w4a16_cuda.VARIANTS and waves > 0
+        assert (name, waves) == w4a16_cuda.DEFAULTS[min(b for b in w4a16_cuda.DEFAULTS if m <= b)]
+    monkeypatch.setenv("COMPRESS_W4A16_VARIANT", "w8s4")
+    assert w4a16_cuda.default_config(1)[0] == "w8s4"
+
+
 def test_supports_is_false_on_cpu_and_with_the_kill_switch(monkeypatch):
     p = cpu_layer()
     assert not w4a16_cuda.supports(torch.zeros(1, 256).half(), p["qweight"], p["scales"], None, 128)
@@ -157,16 +167,16 @@ def test_supports_is_false_on_cpu_and_with_the_kill_switch(monkeypatch):
     assert not w4a16_cuda.enabled()
     monkeypatch.setenv("COMPRESS_W4A16_VARIANT", "w9")
     with pytest.raises(CompressError, match=r"COMPRESS_W4A16_VARIANT='w9' is not one of"):
-        w4a16_cuda.variant()
+        w4a16_cuda.default_config(1)
 
 
-@pytest.mark.parametrize("warps", [4, 8])
+@pytest.mark.parametrize("warps,waves", [(4, 1.0), (8, 2.0), (8, 4.0)])
 @pytest.mark.parametrize("m", [1, 3, 8])
 @pytest.mark.parametrize("n,k", [(1024, 4096), (4096, 4096), (14336, 4096), (4096, 14336), (8192, 28672),
                                  (28672, 8192), (33, 192), (100, 64)])
-def test_plan_covers_k_once_and_fits_shared_memory(warps, m, n, k):
+def test_plan_covers_k_once_and_fits_shared_memory(warps, waves, m, n, k):
     kblocks = padded_k(k) // 128
-    per, split = w4a16_cuda.plan(n, k, m, 132, warps)
+    per, split = w4a16_cuda.plan(n, k, m, 132, warps, waves)
     assert per >= 1 and split >= 1
     assert per * split >= kblocks and per * (split - 1) < kblocks  # every block in exactly one chunk, none empty
     assert per * 4 * 4 * m * 16 <= w4a16_cuda.STAGED_BYTES
@@ -192,6 +202,6 @@ def test_source_compiles_for_the_h100(tmp_path, monkeypatch):
 
     monkeypatch.setenv("COMPRESS_KERNEL_CACHE", str(tmp_path))
     lib = ctypes.CDLL(str(w4a16_cuda.compile_variant("90a", w4a16_cuda.DEFAULT_VARIANT)))
-    warps, stage = w4a16_cuda.VARIANTS[w4a16_cuda.DEFAULT_VARIANT]
-    assert lib.w4a16_gemv_variant() == warps * 10 + stage
+    warps, stage, load = w4a16_cuda.VARIANTS[w4a16_cuda.DEFAULT_VARIANT]
+    assert lib.w4a16_gemv_variant() == warps * 100 + stage * 10 + load
     assert lib.w4a16_gemv_rows_per_cta() == 16 * warps

@@ -42,6 +42,11 @@
 #ifndef W4_STAGE
 #define W4_STAGE 2
 #endif
+// Weight load: 0 = ld.global.cs (evict-first in L1 and L2: the weights are read once), 1 = non-coherent load
+// that skips L1 and asks L2 for 256-byte fetches (the row's next blocks are read right after), 2 = __ldg.
+#ifndef W4_LOAD
+#define W4_LOAD 0
+#endif
 
 namespace {
 
@@ -148,6 +153,20 @@ __device__ __forceinline__ uint32_t word(const uint4& v, int c) {
   return c == 0 ? v.x : (c == 1 ? v.y : (c == 2 ? v.z : v.w));
 }
 
+__device__ __forceinline__ uint4 load_w(const uint4* p) {
+#if W4_LOAD == 0
+  return __ldcs(p);
+#elif W4_LOAD == 1
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+#else
+  return __ldg(p);
+#endif
+}
+
 // What one lane holds for STAGE blocks: its 16 bytes of rows g and g + 8, their scale / zero pairs.
 struct Stage {
   uint4 wa[STAGE], wb[STAGE];
@@ -199,8 +218,8 @@ __device__ __forceinline__ void load_stage(Stage& st, const Ptrs& p, int nb, int
     const uint4 zero4 = make_uint4(0u, 0u, 0u, 0u);
     if (lb < nb) {
       const bool hi_ok = 2 * lb + 1 < g_left;  // group 64 only: the block's second group exists
-      st.wa[u] = __ldcs(p.qa + 4 * u);
-      st.wb[u] = __ldcs(p.qb + 4 * u);
+      st.wa[u] = load_w(p.qa + 4 * u);
+      st.wb[u] = load_w(p.qb + 4 * u);
       st.sa[u] = load_pair<G64>(p.sa + u * bstride, N, hi_ok);
       st.sb[u] = load_pair<G64>(p.sb + u * bstride, N, hi_ok);
       if (ASYM) {
@@ -378,8 +397,8 @@ int by_variant(const Args& a, int asym, int g64, cudaStream_t stream) {
 
 extern "C" {
 
-// The build's variant: warps * 10 + blocks per pipeline step.
-int w4a16_gemv_variant() { return W4_WARPS * 10 + W4_STAGE; }
+// The build's variant: warps * 100 + blocks per pipeline step * 10 + load policy.
+int w4a16_gemv_variant() { return W4_WARPS * 100 + W4_STAGE * 10 + W4_LOAD; }
 
 // Output rows per CTA (one split-K counter per row group).
 int w4a16_gemv_rows_per_cta() { return ROWS; }
