@@ -276,19 +276,53 @@ __global__ void __launch_bounds__(THREADS, 512 / THREADS) w4a16_gemv_kernel(cons
   load_stage<ASYM, G64>(cur, p, nb, 0, a.N, g_left);
   advance(p, a.N, G64);
 
+  // One staging unit = (block lb, slice j, lane ln): x[k0 .. k0 + 3] and x[k0 + 64 .. k0 + 67] of token ln / 4,
+  // k0 = 128 b + 16 j + 4 t, two 8-byte loads that fill slot j of the lane's 4 pieces (q = 0..3). A thread issues
+  // the loads of BATCH units before storing any (the first version loaded 2 bytes per element and stored
+  // between loads: one round trip per few elements, 14 of them per thread at M = 8).
   uint32_t* xs32 = reinterpret_cast<uint32_t*>(xs);
-  const int total = nb * 4 * lanes_m * 4;
-  for (int idx = threadIdx.x; idx < total; idx += THREADS) {
-    const int j = idx & 3;
-    int rest = idx >> 2;
-    const int ln = rest % lanes_m;
-    rest /= lanes_m;
-    const int q = rest & 3, lb = rest >> 2;
-    const int k = (blk0 + lb) * 128 + 16 * j + 4 * (ln & 3) + q;
-    const uint16_t* xr = a.x + (size_t)(ln >> 2) * a.ldx;
-    const uint32_t lo = k < a.K ? (uint32_t)__ldg(xr + k) : 0u;
-    const uint32_t hi = k + 64 < a.K ? (uint32_t)__ldg(xr + k + 64) : 0u;
-    xs32[idx] = lo | (hi << 16);  // idx == ((lb * 4 + q) * lanes_m + ln) * 4 + j
+  const bool xvec = ((reinterpret_cast<uintptr_t>(a.x) | (uintptr_t)a.ldx * 2) & 7) == 0;
+  const int units = nb * 4 * lanes_m;
+  constexpr int BATCH = 4;  // units per thread whose loads are issued before any of their stores
+  for (int base = threadIdx.x; base < units; base += BATCH * THREADS) {
+    uint2 lo[BATCH], hi[BATCH];
+#pragma unroll
+    for (int r = 0; r < BATCH; ++r) {
+      const int un = base + r * THREADS;
+      lo[r] = hi[r] = make_uint2(0u, 0u);
+      if (un < units) {
+        const int ln = un % lanes_m, rest = un / lanes_m;
+        const int k0 = (blk0 + (rest >> 2)) * 128 + 16 * (rest & 3) + 4 * (ln & 3);
+        const uint16_t* xr = a.x + (size_t)(ln >> 2) * a.ldx + k0;
+        if (xvec && k0 + 67 < a.K) {
+          lo[r] = __ldg(reinterpret_cast<const uint2*>(xr));
+          hi[r] = __ldg(reinterpret_cast<const uint2*>(xr + 64));
+        } else {  // the end of K (or an unaligned x): element by element
+          uint32_t e[8];
+#pragma unroll
+          for (int q = 0; q < 8; ++q) {
+            const int kk = k0 + (q & 3) + (q >> 2) * 64;
+            e[q] = kk < a.K ? (uint32_t)__ldg(xr + (q & 3) + (q >> 2) * 64) : 0u;
+          }
+          lo[r] = make_uint2(e[0] | (e[1] << 16), e[2] | (e[3] << 16));
+          hi[r] = make_uint2(e[4] | (e[5] << 16), e[6] | (e[7] << 16));
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < BATCH; ++r) {
+      const int un = base + r * THREADS;
+      if (un < units) {
+        const int ln = un % lanes_m, rest = un / lanes_m;
+        const int j = rest & 3, lb = rest >> 2;
+        uint32_t* dst = xs32 + ((lb * 4) * lanes_m + ln) * 4 + j;  // piece q adds q * lanes_m * 4 words
+        const int pq = lanes_m * 4;
+        dst[0] = __byte_perm(lo[r].x, hi[r].x, 0x5410);       // (x[k0], x[k0 + 64])
+        dst[pq] = __byte_perm(lo[r].x, hi[r].x, 0x7632);      // (x[k0 + 1], x[k0 + 65])
+        dst[2 * pq] = __byte_perm(lo[r].y, hi[r].y, 0x5410);  // (x[k0 + 2], x[k0 + 66])
+        dst[3 * pq] = __byte_perm(lo[r].y, hi[r].y, 0x7632);  // (x[k0 + 3], x[k0 + 67])
+      }
+    }
   }
   if (threadIdx.x == 0) xs[nb * 4 * lanes_m] = make_uint4(0u, 0u, 0u, 0u);  // the zero slot (below)
   __syncthreads();
