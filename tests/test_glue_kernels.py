@@ -78,7 +78,7 @@ def test_fast_path_w8a8_down_candidates_agree(monkeypatch):
     from compress.runtime.formats_ct import CTW8A8Linear
     from kernels.w8a8 import quantize_weight_per_channel
 
-    model = _tiny("llama").half()
+    model = _tiny("llama").half().to(DEV)
     for layer in model.model.layers:  # every Linear of the blocks -> W8A8 on the kernel backend
         for parent, names in ((layer.self_attn, ("q_proj", "k_proj", "v_proj", "o_proj")),
                               (layer.mlp, ("gate_proj", "up_proj", "down_proj"))):
