@@ -127,7 +127,7 @@ def test_attention_merge_reads_partials_in_several_blocks():
 @needs_triton
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_few_row_w8a16_kernel_matches_reference(dtype):
-    from compress.runtime.decode_kernels import GEMM_W8_CONFIGS, GEMV_W8_CONFIGS, gemm_w8, gemv_w8
+    from compress.runtime.decode_kernels import GEMM_W8_CONFIGS, GEMV_W8_CONFIGS, gemm_w8, gemm_w8_fits, gemv_w8
 
     if dtype == torch.bfloat16 and DEV == "cpu":
         pytest.skip("Triton's CPU interpreter multiplies bf16 tl.dot operands as raw bits (GPU only)")
@@ -139,7 +139,9 @@ def test_few_row_w8a16_kernel_matches_reference(dtype):
         for m in (1, 3, 16):
             x = torch.randn(m, k, generator=g).to(dtype).to(DEV)
             ref = x.float() @ w.t()
-            for cfg in (GEMM_W8_CONFIGS[0], (32, 4, 2)):
+            for cfg in (GEMM_W8_CONFIGS[0], (32, 4, 2, 1), (16, 4, 2, 2), (32, 4, 2, 4)):  # 1, 2, 4 K splits
+                if not gemm_w8_fits(k, gs, cfg):  # K = 256 in groups of 128: two column tiles, no 4-way split
+                    continue
                 y = gemm_w8(x, q, s, gs, cfg)
                 assert y.dtype == dtype and y.shape == (m, n) and _rel(y, ref) < 4e-3, (n, m, cfg, _rel(y, ref))
         x1 = torch.randn(1, k, generator=g).to(dtype).to(DEV)
@@ -241,9 +243,9 @@ CASES = [
     (dk._gemv_i8, dict(xq_ptr=P16, xs_ptr=P32, w_ptr="*i32", ws_ptr=P32, y_ptr=P16, N="i32"),
      dict(KW=3584, BLOCK_N=16, BLOCK_W=512, USE_ASM=True, X_FLOAT=True, SILU=True), 8, 1),
     (dk._gemm_w8, dict(x_ptr=P16, q_ptr="*i8", s_ptr=P16, y_ptr=P16, M="i32", N="i32", stride_xm="i32"),
-     dict(K=4096, G=32, GS=128, BLOCK_M=16, BLOCK_N=32, BK=128), 4, 4),
-    (dk._gemm_w8, dict(x_ptr="*bf16", q_ptr="*i8", s_ptr="*bf16", y_ptr="*bf16", M="i32", N="i32", stride_xm="i32"),
-     dict(K=14336, G=112, GS=128, BLOCK_M=16, BLOCK_N=64, BK=128), 4, 3),
+     dict(K=4096, G=32, GS=128, BLOCK_M=16, BLOCK_N=32, BK=128, K_PER=4096, SPLIT=False), 4, 4),
+    (dk._gemm_w8, dict(x_ptr="*bf16", q_ptr="*i8", s_ptr="*bf16", y_ptr=P32, M="i32", N="i32", stride_xm="i32"),
+     dict(K=14336, G=112, GS=128, BLOCK_M=16, BLOCK_N=64, BK=128, K_PER=1792, SPLIT=True), 4, 3),
     (dk._dequant_w8, dict(q_ptr="*i8", s_ptr=P16, z_ptr="*i8", w_ptr=P16, N="i32", K="i32", G="i32", GS="i32"),
      dict(HAS_ZERO=True, BLOCK_N=32, BLOCK_K=256), 4, 1),
     (dk._gemv_w8, dict(x_ptr=P16, q_ptr="*i8", s_ptr=P16, y_ptr=P16, N="i32"),

@@ -330,14 +330,17 @@ def gemv_w8(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, group_size: i
 
 @triton.jit
 def _gemm_w8(x_ptr, q_ptr, s_ptr, y_ptr, M, N, stride_xm, K: tl.constexpr, G: tl.constexpr, GS: tl.constexpr,
-             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BK: tl.constexpr):
+             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BK: tl.constexpr, K_PER: tl.constexpr, SPLIT: tl.constexpr):
     """y (M, N) = x (M, K) @ (q (N, K) int8 * s (N, G))^T for M <= BLOCK_M = 16.
 
     Weights are the left operand of tl.dot ("swap AB"), so M pads only to 16. Every BK-column tile lies
     in one group (BK divides GS): its int8 values are exact in fp16/bf16, the tile's products are summed
     in fp32 by the tensor cores, then scaled by the group's scale in fp32 -- the reference's math
-    (x @ (q * s)^T in fp32) up to the order of the fp32 sums."""
+    (x @ (q * s)^T in fp32) up to the order of the fp32 sums.
+    SPLIT: program (n, j) sums columns [j * K_PER, (j + 1) * K_PER) and stores fp32 partials at
+    y_ptr + j * M * N (the caller adds them in a fixed order: deterministic); otherwise K_PER = K."""
     pid = tl.program_id(0)
+    k_first = tl.program_id(1) * K_PER
     offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_m = tl.arange(0, BLOCK_M)
     offs_k = tl.arange(0, BK)
@@ -346,39 +349,53 @@ def _gemm_w8(x_ptr, q_ptr, s_ptr, y_ptr, M, N, stride_xm, K: tl.constexpr, G: tl
     rows = q_ptr + offs_n.to(tl.int64)[:, None] * K
     xrows = x_ptr + offs_m[:, None] * stride_xm
     acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
-    for k0 in range(0, K, BK):
-        kk = k0 + offs_k
+    for kt in range(0, K_PER, BK):
+        kk = k_first + kt + offs_k
         q = tl.load(rows + kk[None, :], mask=n_mask[:, None], other=0, eviction_policy="evict_first")  # (BLOCK_N, BK)
         x = tl.load(xrows + kk[None, :], mask=m_mask[:, None], other=0.0)  # (BLOCK_M, BK)
         part = tl.dot(q.to(x.dtype), tl.trans(x))  # (BLOCK_N, BLOCK_M), fp32
-        sc = tl.load(s_ptr + offs_n * G + k0 // GS, mask=n_mask, other=0.0).to(tl.float32)
+        sc = tl.load(s_ptr + offs_n * G + (k_first + kt) // GS, mask=n_mask, other=0.0).to(tl.float32)
         acc += part * sc[:, None]
     y = y_ptr + offs_m[None, :] * N + offs_n[:, None]
-    tl.store(y, acc.to(y_ptr.dtype.element_ty), mask=n_mask[:, None] & m_mask[None, :])
+    mask = n_mask[:, None] & m_mask[None, :]
+    if SPLIT:
+        tl.store(y + tl.program_id(1) * M * N, acc, mask=mask)
+    else:
+        tl.store(y, acc.to(y_ptr.dtype.element_ty), mask=mask)
 
 
-# (BLOCK_N, num_warps, num_stages) the path table tries for `gemm_w8`; column tiles are
-# min(128, group_size) wide. Small BLOCK_N: enough programs to cover the GPU (N = 4096 -> 256 at 16).
-GEMM_W8_CONFIGS = ((16, 4, 4), (32, 4, 4), (64, 4, 3), (32, 8, 6))
+# (BLOCK_N, num_warps, num_stages, K splits) the path table tries for `gemm_w8`; column tiles are
+# min(128, group_size) wide. Measured on the H100 at M = 8 (session 3, glue/README.md), without splits:
+# 32/4 warps/4 stages or 64/4/3 won every shape, but 4096 x 14336 ran at 0.9 TB/s (128 programs for
+# 132 SMs, each streaming 14336 columns). The split-K configs give such shapes 4-8x the programs
+# (partials in fp32, summed in a fixed order); they were added after that run and are not yet measured.
+GEMM_W8_CONFIGS = ((16, 4, 4, 1), (32, 4, 4, 1), (64, 4, 3, 1), (32, 8, 6, 1), (32, 4, 4, 4), (64, 4, 3, 8))
 GEMM_W8_BK = 128
 GEMM_W8_MAX_M = 16
 
 
+def gemm_w8_fits(k: int, group_size: int, config: tuple[int, int, int, int]) -> bool:
+    """Whether `config`'s K splits cut K into whole column tiles."""
+    return (k // min(GEMM_W8_BK, group_size)) % config[3] == 0
+
+
 def gemm_w8(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, group_size: int,
-            config: tuple[int, int, int] = GEMM_W8_CONFIGS[0]) -> torch.Tensor:
+            config: tuple[int, int, int, int] = GEMM_W8_CONFIGS[0]) -> torch.Tensor:
     """x (M, K) fp16/bf16, M <= 16, @ (q (N, K) int8 * scale (N, K/group_size))^T -> (M, N) in x's dtype
-    (group_size: a power of two >= 16 dividing K, as `gemv_w8_supported`)."""
+    (group_size: a power of two >= 16 dividing K, as `gemv_w8_supported`; splits: `gemm_w8_fits`)."""
     n, k = q.shape
     m = x.shape[0]
     g = k // group_size
     assert x.shape[1] == k and 1 <= m <= GEMM_W8_MAX_M and x.stride(1) == 1, (x.shape, q.shape)
     assert q.is_contiguous() and scale.shape == (n, g) and scale.is_contiguous(), (q.shape, scale.shape)
-    block_n, warps, stages = config
+    assert gemm_w8_fits(k, group_size, config), (k, group_size, config)
+    block_n, warps, stages, split = config
     bk = min(GEMM_W8_BK, group_size)
-    y = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    _gemm_w8[(triton.cdiv(n, block_n),)](x, q, scale, y, m, n, x.stride(0), K=k, G=g, GS=group_size, BLOCK_M=16,
-                                         BLOCK_N=block_n, BK=bk, num_warps=warps, num_stages=stages)
-    return y
+    out = torch.empty(split, m, n, dtype=torch.float32 if split > 1 else x.dtype, device=x.device)
+    _gemm_w8[(triton.cdiv(n, block_n), split)](x, q, scale, out, m, n, x.stride(0), K=k, G=g, GS=group_size,
+                                                BLOCK_M=16, BLOCK_N=block_n, BK=bk, K_PER=k // split, SPLIT=split > 1,
+                                                num_warps=warps, num_stages=stages)
+    return out[0] if split == 1 else out.sum(0).to(x.dtype)  # (M, N); torch's sum over splits has a fixed order
 
 
 # ---- int8 weight-only dequantization into a dense temporary (prefill: then cuBLAS) -------------------

@@ -4,7 +4,7 @@
 | -------------------------------- | -------------------------------------------------------------- | ----------------------- |
 | compressed-tensors.w4a16         | weight_packed int32 (N, K/8), weight_scale (N, G),             | kernels W4A16 (repacked |
 |                                  | [weight_zero_point int32 (N/8, G)], weight_shape               | at load)                |
-| compressed-tensors.w8a16         | weight_packed int32 (N, K/4) or weight int8 (N, K), scale (N,G)| kernels W8A16 if present|
+| compressed-tensors.w8a16         | weight_packed int32 (N, K/4) or weight int8 (N, K), scale (N,G)| runtime int8 GEMV/GEMM  |
 | compressed-tensors.w8a8          | weight int8 (N, K), weight_scale (N, 1); activations: dynamic  | kernels W8A8            |
 |                                  | symmetric int8 per token                                       |                         |
 | compressed-tensors.fp8-dynamic   | weight float8_e4m3fn (N, K), weight_scale (N, 1); activations: | torch._scaled_mm        |
@@ -168,9 +168,10 @@ _dequant_weight_only_compiled = kb.gpu_compiled(_dequant_weight_only)
 class CTW8A16Linear(_CTWeightOnly):
     """int8 weights (per-channel or grouped), fp16/bf16 activations.
 
-    kernels/ has no W8A16 kernel; on the GPU the runtime computes it itself: at M = 1 with the
-    runtime's int8 GEMV (`compress.runtime.decode_kernels.gemv_w8`, symmetric weights), otherwise
-    (and where measured faster) by dequantizing into an fp16 temporary and calling cuBLAS."""
+    kernels/ has no W8A16 kernel; on the GPU the runtime computes it itself (compress.runtime.decode_kernels,
+    symmetric weights): at M = 1 with the int8 GEMV (`gemv_w8`), at M = 2..16 with the few-row kernel
+    (`gemm_w8`, each weight tile read once for all rows), and at any M (prefill) by dequantizing into an
+    fp16 temporary (`dequant_w8`) and calling cuBLAS -- whichever the path table measures fastest."""
 
     bits = 8
 
@@ -220,7 +221,8 @@ class CTW8A16Linear(_CTWeightOnly):
     def kernel_paths(self, x2d):
         """M = 1: the int8 GEMV (several tilings); M = 2..16: the few-row kernel that reads each weight
         tile once for all rows (several tilings); every M: dequantize + cuBLAS."""
-        from compress.runtime.decode_kernels import GEMM_W8_CONFIGS, GEMM_W8_MAX_M, GEMV_W8_CONFIGS, gemm_w8, gemv_w8
+        from compress.runtime.decode_kernels import (GEMM_W8_CONFIGS, GEMM_W8_MAX_M, GEMV_W8_CONFIGS, gemm_w8, gemm_w8_fits,
+                                                     gemv_w8)
 
         paths = [("dequant+cublas", partial(self.dequant_cublas, x2d))]
         args = self._gemv_args()
@@ -228,8 +230,9 @@ class CTW8A16Linear(_CTWeightOnly):
         if args is None or x2d.stride(1) != 1:
             return paths
         scale, group = args
-        few = [("gemm_w8_%d_w%d_s%d" % c, partial(gemm_w8, x2d, self.qweight, scale, group, c))
-               for c in GEMM_W8_CONFIGS] if m <= GEMM_W8_MAX_M else []
+        few = [("gemm_w8_%d_w%d_s%d" % c[:3] + (f"_k{c[3]}" if c[3] > 1 else ""),  # _k: K split in c[3]
+                partial(gemm_w8, x2d, self.qweight, scale, group, c))
+               for c in GEMM_W8_CONFIGS if m <= GEMM_W8_MAX_M and gemm_w8_fits(self.in_features, group, c)]
         if m == 1:
             gemv = [("gemv_w8_%dx%d_w%d" % c, partial(gemv_w8, x2d, self.qweight, scale, group, c))
                     for c in GEMV_W8_CONFIGS]
