@@ -272,3 +272,20 @@ def test_glue_kernels_compile_for_the_h100():
     if "ptxas" in r.stderr and "not found" in r.stderr.lower():
         pytest.skip("this Triton install has no ptxas")
     assert r.returncode == 0 and "compiled 5" in r.stdout, r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("model_type", ["llama", "qwen3"])
+def test_decode_rope_table_rows_equal_the_rotary_module(model_type):
+    """FastLM gathers a decode step's cos/sin from a table made once; every row is what the model's
+    rotary module gives for that single position."""
+    from test_runtime_fastpath import _tiny
+
+    from compress.runtime.fastpath import FastLM
+
+    model = _tiny(model_type)
+    lm = FastLM(model, 1, 12, attn_kernel=False)
+    assert lm.rope_table is not None and lm.rope_table.shape == (1, 12, 2, lm.head_dim)
+    x = torch.zeros(1, 1, model.config.hidden_size)
+    for p in (0, 5, 11):
+        cos, sin = lm.rotary(x, torch.tensor([[p]]))
+        assert torch.equal(lm.rope_table[:, p, 0], cos[:, 0]) and torch.equal(lm.rope_table[:, p, 1], sin[:, 0])
