@@ -1,5 +1,8 @@
 """Triton kernels for the batch-decode glue of the fast engine: decode attention over the static KV
-cache (with RoPE, Qwen3's q/k RMSNorm and the cache write folded in) and a fp16/bf16 GEMV for M = 1.
+cache (with RoPE, Qwen3's q/k RMSNorm and the cache write folded in), a fp16/bf16 GEMV for M = 1,
+residual add + RMSNorm (+ int8 quantization of its output), the int8 GEMVs of W8A8 (dp4a; optionally
+quantizing, and computing silu * up of, their input themselves) and the W8A16 kernels (GEMV for M = 1,
+few-row kernel for M <= 16, dequantization into a dense temporary).
 
 Why (profile of one Llama-3-8B fp16 decode step on the H100, bench/results/h100/e2e): the attention of
 one new token was six launches per layer (RoPE, two index_copy_ cache writes, two bmm, softmax) =
