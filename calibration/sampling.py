@@ -124,7 +124,7 @@ def _document_samples(tokenized: list[list[int]], num_samples: int, seq_len: int
 
     Why this is the default: on SmolLM2-135M, w4a16_gptq, five seeds on an H100, one-document samples gave
     WikiText-2 PPL 28.34 +- 0.18 against 28.93 +- 0.26 for windows cut from the joined documents (and
-    28.46 +- 0.38 for llmcompressor's oneshot): bench/results/h100/recipes/session3_layouts.md."""
+    28.46 +- 0.38 for llmcompressor's oneshot): bench/results/h100/recipes/session3/README.md."""
     rows: list[list[int]] = []
     chunk = 0
     while len(rows) < num_samples:
