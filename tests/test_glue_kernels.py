@@ -289,3 +289,16 @@ def test_decode_rope_table_rows_equal_the_rotary_module(model_type):
     for p in (0, 5, 11):
         cos, sin = lm.rotary(x, torch.tensor([[p]]))
         assert torch.equal(lm.rope_table[:, p, 0], cos[:, 0]) and torch.equal(lm.rope_table[:, p, 1], sin[:, 0])
+
+
+def test_greedy_argmax_matches_torch_argmax_ties_included():
+    from compress.runtime.generate import greedy_argmax
+
+    g = torch.Generator().manual_seed(0)
+    for v in (128256, 151936, 32000, 50257, 1000):  # Llama-3, Qwen3, Llama-2, GPT-2 (no power-of-two chunk), tiny
+        x = torch.randn(3, v, generator=g).half()
+        x[1, v // 3] = x[1, v - 5] = 20.0  # a tie: the first index wins in both
+        x[2, :] = 0.0  # all equal
+        got = greedy_argmax(x)
+        assert got.shape == (3, 1) and torch.equal(got, x.argmax(-1, keepdim=True)), v
+    assert greedy_argmax(torch.tensor([[0.0, 1.0, 1.0]])).item() == 1
