@@ -35,8 +35,11 @@ MAX_M = 8  # the mma's 8 token columns
 # per warp. Load policy (see the .cu): 0 evict-first, 1 no-L1 + 256-byte L2 fetches ("p"), 2 plain ("n").
 VARIANTS = {"w8s2": (8, 2, 0), "w8s4": (8, 4, 0), "w4s2": (4, 2, 0), "w4s4": (4, 4, 0),
             "w8s2p": (8, 2, 1), "w4s2p": (4, 2, 1), "w4s2n": (4, 2, 2)}
-# (variant, waves) per M bucket (M <= 2, <= 4, <= 8). First H100 sweep (bench/results/h100/kernels/w4a16_cuda_run1,
-# geo-mean over 10 Llama-3 shapes): M=1 w4s2 waves 1 24.5 us (w8s2 waves 2: 25.9 us), M=8 w8s2 waves 2 31.4 us.
+# (variant, waves) per M bucket (M <= 2, <= 4, <= 8). Evidence (H100, geo-mean over 10 Llama-3 shapes): first sweep
+# (bench/results/h100/kernels/w4a16_cuda_run1) M=1 w4s2 waves 1 24.5 us vs w8s2 waves 2 25.9 us, M=8 w8s2 waves 2
+# 31.4 us best. Second run (w4a16_cuda.md): its sweep preferred w8s2 waves 1 at M=4/8 by 1-3% in geo-mean, but in the
+# main table that config lost on the median (M=8: 1.70x vs 1.87x over fp16), so these defaults stay; the load
+# policies "p" / "n" were 4-15% slower than evict-first everywhere.
 DEFAULTS = {2: ("w4s2", 1.0), 4: ("w8s2", 2.0), 8: ("w8s2", 2.0)}
 DEFAULT_VARIANT = "w8s2"  # the one the tests build first
 # Split-K plan (see `plan`): CTAs launched = about `waves` x (16 warps' worth of CTAs per SM); no K chunk shorter
