@@ -6,7 +6,9 @@
 // Why CUDA C++: the Triton kernels stream int4 weights at ~1.0-1.5 TB/s on the 8B layers (NOTES.md in
 // bench/results/h100/kernels); a GEMV must stream at the copy bandwidth, which needs 16-byte weight loads
 // several stages deep per thread and a dequantization of a few instructions per weight pair, both of which
-// Triton 3.6 does not let us place.
+// Triton 3.6 does not let us place. Measured (H100, w4a16_cuda_notes.md there): M = 1 median 2.25x over fp16
+// on the 8 Llama-3 shapes, 1.3-1.9 TB/s on the 30-121 MB layers, as fast as torch.sum over the same bytes on
+// 8B down_proj.
 //
 // Tensor-core GEMV ("weights on the left"): one warp computes 16 output rows x 8 token columns with
 // mma.sync m16n8k16 (A = 16 weight rows x 16 k, B = 16 k x 8 tokens; tokens >= M are zero columns), so
@@ -19,10 +21,12 @@
 // activations are staged in shared memory once per CTA already permuted into B-fragment order:
 //   piece q of lane (g, t) in block b = 4 x (x[g, k], x[g, k + 64]) for k = 128 b + 16 j + 4 t + q, j = 0..3,
 // so a lane reads its B fragments with 4 conflict-free 16-byte loads per block. Per word (8 weights):
-// fp16: 1 SHF, 4 LOP3, 4 HFMA2 (u - z; the high nibbles via the x16 trick: (1024 + 16 u) / 16 - 64 - z),
-// 4 HFMA2 (x scale): 13 instructions. bf16 (7-bit mantissa, no x16 trick): 3 SHF more.
-// The scale multiplies the weights (one fp16/bf16 rounding, like dequantize-then-GEMM): with group 64
-// the pair (j, j + 4) straddles the block's two groups, so the scale pair is (s[2b], s[2b + 1]).
+// fp16: 1 SHF, 4 LOP3, 4 HFMA2 (u - z, exact; the high nibbles via the x16 trick: (1024 + 16 u) / 16 - 64 - z);
+// bf16 (7-bit mantissa, no x16 trick): 3 SHF more. Group 128: a block is one group, so the mma sums exact
+// integer weights and the fp32 block sums are scaled (4 FFMA per block). Group 64: the pair (j, j + 4)
+// straddles the block's two groups, so the weights are scaled first by the pair (s[2b], s[2b + 1]) (4 HMUL2
+// per word, one fp16/bf16 rounding, like dequantize-then-GEMM). SASS (sm_90a, fp16 g128): 146 instructions
+// per lane per block of 64 weights.
 //
 // Work: CTA = WARPS warps = 16 * WARPS output rows x a K chunk of `per` blocks (grid.y = S chunks). Each
 // warp streams its 16 rows through the chunk, STAGE blocks a step, the next step's words / scales in flight
