@@ -3,8 +3,9 @@ built with nvcc on first use (kernels/cuda_build.py), loaded through ctypes, lau
 
 Why not Triton: the Triton W4A16 kernels (kernels/w4a16.py) stream the int4 weights at 1.0-1.5 TB/s on the
 Llama-3-8B layers (bench/results/h100/kernels/NOTES.md), about half the copy bandwidth; the CUDA kernel puts
-16-byte weight loads two pipeline steps deep in registers and dequantizes a word (8 weights) in 13
-instructions straight into tensor-core fragments (the .cu header has the layout and the instruction count).
+16-byte weight loads two pipeline steps deep in registers and dequantizes a word (8 weights) in 9 instructions
+(group 128) straight into tensor-core fragments (the .cu header has the layout and the instruction count).
+Measured on the H100: bench/results/h100/kernels/w4a16_cuda_notes.md.
 
 Covered: M = 1..8, group 64 / 128, symmetric and asymmetric, fp16 or bf16 activations with scales of the
 same dtype (the runtime keeps them so), the checkpoint's packed tensors as they are. Anything else raises
@@ -39,7 +40,7 @@ VARIANTS = {"w8s2": (8, 2, 0), "w8s4": (8, 4, 0), "w4s2": (4, 2, 0), "w4s4": (4,
 # (bench/results/h100/kernels/w4a16_cuda_run1) M=1 w4s2 waves 1 24.5 us vs w8s2 waves 2 25.9 us, M=8 w8s2 waves 2
 # 31.4 us best. Second run (w4a16_cuda.md): its sweep preferred w8s2 waves 1 at M=4/8 by 1-3% in geo-mean, but in the
 # main table that config lost on the median (M=8: 1.70x vs 1.87x over fp16), so these defaults stay; the load
-# policies "p" / "n" were 4-15% slower than evict-first everywhere.
+# policies "p" / "n" were 5-16% slower than evict-first in geo-mean.
 DEFAULTS = {2: ("w4s2", 1.0), 4: ("w8s2", 2.0), 8: ("w8s2", 2.0)}
 DEFAULT_VARIANT = "w8s2"  # the one the tests build first
 # Split-K plan (see `plan`): CTAs launched = about `waves` x (16 warps' worth of CTAs per SM); no K chunk shorter
