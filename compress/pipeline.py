@@ -22,7 +22,7 @@ from compress.checkpoint import load_checkpoint, save_checkpoint, verify_sparse2
 from compress.errors import CompressError
 from compress.evaluation import EvalText, load_eval_text
 from compress.model_source import load_config, load_model, load_tokenizer, resolve_device, resolve_model
-from compress.preflight import preflight
+from compress.preflight import preflight, quantizes_int4
 from compress.progress import Progress
 from compress.recipe import CALIBRATION_MODIFIERS, Recipe, load_recipe
 from compress.sizes import checkpoint_bytes, model_size_16bit
@@ -104,7 +104,7 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunResult:
     unknown_pack = [p for p in pack if p not in KERNEL_PACKS]
     if unknown_pack:
         raise CompressError(f"--pack {unknown_pack[0]}: unknown packing; use one of: {', '.join(KERNEL_PACKS)}")
-    if "w4a16" in pack and not _quantizes_int4(recipe):
+    if "w4a16" in pack and not quantizes_int4(recipe):
         raise CompressError(
             f"--pack w4a16 but recipe {recipe.name} has no int4 weight quantization: drop the packing or use a "
             "W4A16 recipe (e.g. w4a16_gptq)"
@@ -356,19 +356,6 @@ def _record_pack(folder: Path, where: tuple[str, str], packed: dict) -> None:
     config = json.loads(cfg_path.read_text())
     config["compress"].setdefault(where[0], {})[where[1]] = packed
     cfg_path.write_text(json.dumps(config, indent=2) + "\n")
-
-
-def _quantizes_int4(recipe: Recipe) -> bool:
-    """Whether any llmcompressor modifier of the recipe writes int4 weights (scheme or config group)."""
-    for spec in recipe.modifiers:
-        scheme = spec.args.get("scheme")
-        schemes = list(scheme) if isinstance(scheme, (list, dict)) else [scheme] if scheme else []
-        if any(str(x).upper().startswith("W4A16") for x in schemes):
-            return True
-        for group in (spec.args.get("config_groups") or {}).values():
-            if int((group.get("weights") or {}).get("num_bits", 0)) == 4:
-                return True
-    return False
 
 
 def _add_int4_pack(folder: Path) -> None:

@@ -25,8 +25,9 @@ def meta_model(config):
         return AutoModelForCausalLM.from_config(config)
 
 
-def _quant_groups(recipe: Recipe):
-    """(targets, ignore, group_size) per weight scheme in the recipe's quantization modifiers."""
+def weight_schemes(recipe: Recipe):
+    """(targets, ignore, weight QuantizationArgs) per config group of the recipe's quantization modifiers,
+    resolved by llmcompressor itself (presets such as `scheme: W4A16` and explicit config_groups alike)."""
     from llmcompressor.modifiers import ModifierFactory
 
     for spec in recipe.modifiers:
@@ -35,9 +36,20 @@ def _quant_groups(recipe: Recipe):
         mod = ModifierFactory.create(spec.name, allow_registered=True, allow_experimental=True, **spec.args)
         config = mod.resolve_quantization_config()
         for scheme in config.config_groups.values():
-            w = scheme.weights
-            if w is not None and w.group_size and w.group_size > 0:
-                yield scheme.targets, config.ignore or [], w.group_size
+            if scheme.weights is not None:
+                yield scheme.targets, config.ignore or [], scheme.weights
+
+
+def quantizes_int4(recipe: Recipe) -> bool:
+    """Whether the recipe writes int4 integer weights (what `--pack w4a16` packs)."""
+    return any(w.num_bits == 4 and str(getattr(w.type, "value", w.type)) == "int" for _, _, w in weight_schemes(recipe))
+
+
+def _quant_groups(recipe: Recipe):
+    """(targets, ignore, group_size) per grouped weight scheme in the recipe's quantization modifiers."""
+    for targets, ignore, w in weight_schemes(recipe):
+        if w.group_size and w.group_size > 0:
+            yield targets, ignore, w.group_size
 
 
 def _sparsity_groups(recipe: Recipe):

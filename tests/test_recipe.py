@@ -69,3 +69,12 @@ def test_saved_recipe_round_trips(tmp_path, name):
     again = load_recipe(path)
     assert again.modifier_names == recipe.modifier_names
     assert [type(m).__name__ for m in LlmRecipe.create_instance(path).modifiers] == recipe.modifier_names
+
+
+@pytest.mark.parametrize("scheme, int4", [("W4A16", True), ("W4A16_ASYM", True), ("W8A8", False), ("W8A16", False), ("FP8_DYNAMIC", False)])
+def test_int4_detection_follows_llmcompressor_presets(tmp_path, scheme, int4):
+    """`--pack w4a16` is refused for recipes without int4 weights; presets resolve through llmcompressor itself."""
+    from compress.preflight import quantizes_int4
+
+    text = f"s_stage:\n  m_modifiers:\n    QuantizationModifier: {{targets: [Linear], ignore: [lm_head], scheme: {scheme}}}\n"
+    assert quantizes_int4(load_recipe(_write(tmp_path, text))) is int4
