@@ -56,3 +56,23 @@ def compile_library(src: Path, name: str, flags: list[str], arch_code: str, what
             raise CompressError(f"{what}: nvcc failed ({' '.join(cmd)}): {res.stderr.strip()[-2000:]}")
         os.replace(tmp, lib)
     return lib
+
+
+class SplitKWorkspace:
+    """Per-device scratch of the split-K kernels: (fp32 partials, int32 tile counters). The counters start
+    at zero and the kernels leave them so. A workspace that is outgrown is replaced but kept alive, because
+    a captured CUDA graph may still point at it."""
+
+    def __init__(self):
+        self._by_device: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._outgrown: list[torch.Tensor] = []
+
+    def get(self, device: torch.device, floats: int, tiles: int) -> tuple[torch.Tensor, torch.Tensor]:
+        ws, cnt = self._by_device.get(device, (None, None))
+        if ws is None or ws.numel() < floats or cnt.numel() < tiles:
+            if ws is not None:
+                self._outgrown.extend((ws, cnt))
+            ws = torch.empty(max(floats, 1 << 20), dtype=torch.float32, device=device)
+            cnt = torch.zeros(max(tiles, 4096), dtype=torch.int32, device=device)
+            self._by_device[device] = (ws, cnt)
+        return ws, cnt

@@ -48,8 +48,7 @@ _lock = threading.Lock()
 _libs: dict[str, ctypes.CDLL] = {}
 _failed: dict[str, str] = {}
 _warned: list[bool] = []
-_ws: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
-_keep: list[torch.Tensor] = []  # outgrown workspaces stay alive: CUDA graphs may still point at them
+_workspace = cuda_build.SplitKWorkspace()
 
 
 def enabled() -> bool:
@@ -155,18 +154,6 @@ def supports(x2: torch.Tensor, n: int, codebook: torch.Tensor, index_bits: int, 
     return True
 
 
-def _workspace(device: torch.device, floats: int, tiles: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(fp32 partials, int32 tile counters). Counters start at zero and the kernel leaves them so."""
-    ws, cnt = _ws.get(device, (None, None))
-    if ws is None or ws.numel() < floats or cnt.numel() < tiles:
-        if ws is not None:
-            _keep.extend((ws, cnt))
-        ws = torch.empty(max(floats, 1 << 20), dtype=torch.float32, device=device)
-        cnt = torch.zeros(max(tiles, 4096), dtype=torch.int32, device=device)
-        _ws[device] = (ws, cnt)
-    return ws, cnt
-
-
 def plan(n: int, k: int, sms: int, gt: int | None = None, cpt: int | None = None) -> tuple[int, int]:
     """(gt, cpt): vector slots per lane (tile = 32*gt slots) and CTAs per tile (split of K), from the
     cost model above: per tile, cpt CTAs share 32*gt*K vectors, and the tail grows with cpt."""
@@ -202,7 +189,7 @@ def gemv(x2: torch.Tensor, n: int, indices: torch.Tensor, codebook: torch.Tensor
     sms = torch.cuda.get_device_properties(x2.device).multi_processor_count
     gt, cpt = plan(n, k, sms, gt, cpt)
     tiles = (n // 8 + 32 * gt - 1) // (32 * gt)
-    ws, cnt = _workspace(x2.device, lib.vptq_gemv_workspace_floats(n, gt, cpt), tiles)
+    ws, cnt = _workspace.get(x2.device, lib.vptq_gemv_workspace_floats(n, gt, cpt), tiles)
     has_res = res_codebook is not None
     rb = res_index_bits if has_res else 0
     copies = residual_copies(x2.device, index_bits, rb, VARIANTS[name][0]) or 4

@@ -53,8 +53,7 @@ _lock = threading.Lock()
 _libs: dict[tuple[str, str], ctypes.CDLL] = {}
 _failed: dict[tuple[str, str], str] = {}
 _warned: list[bool] = []
-_ws: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
-_keep: list[torch.Tensor] = []  # outgrown workspaces stay alive: CUDA graphs may still point at them
+_workspace = cuda_build.SplitKWorkspace()
 
 
 def enabled() -> bool:
@@ -188,18 +187,6 @@ def supports(x2: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zero
     return True
 
 
-def _workspace(device: torch.device, floats: int, tiles: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(fp32 partials, int32 counters). Counters start at zero and the kernel leaves them so."""
-    ws, cnt = _ws.get(device, (None, None))
-    if ws is None or ws.numel() < floats or cnt.numel() < tiles:
-        if ws is not None:
-            _keep.extend((ws, cnt))
-        ws = torch.empty(max(floats, 1 << 20), dtype=torch.float32, device=device)
-        cnt = torch.zeros(max(tiles, 4096), dtype=torch.int32, device=device)
-        _ws[device] = (ws, cnt)
-    return ws, cnt
-
-
 def _launch(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None, group_size: int,
             name: str | None = None, waves: float | None = None, min_blocks: int | None = None) -> torch.Tensor:
     n, k = _check(x, qweight, scales, zeros, group_size)
@@ -215,7 +202,7 @@ def _launch(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros:
     warps = VARIANTS[name][0]
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count
     per, split = plan(n, k, m, sms, warps, waves, min_blocks)
-    ws, cnt = _workspace(x.device, split * m * n if split > 1 else 0, -(-n // (16 * warps)))
+    ws, cnt = _workspace.get(x.device, split * m * n if split > 1 else 0, -(-n // (16 * warps)))
     rc = lib.w4a16_gemv(
         x2.data_ptr(), int(x.dtype == torch.bfloat16), qweight.data_ptr(), scales.data_ptr(),
         zeros.data_ptr() if zeros is not None else None, out.data_ptr(), ws.data_ptr(), cnt.data_ptr(), m, n, k,

@@ -205,3 +205,15 @@ def test_source_compiles_for_the_h100(tmp_path, monkeypatch):
     warps, stage, load = w4a16_cuda.VARIANTS[w4a16_cuda.DEFAULT_VARIANT]
     assert lib.w4a16_gemv_variant() == warps * 100 + stage * 10 + load
     assert lib.w4a16_gemv_rows_per_cta() == 16 * warps
+
+
+def test_split_k_workspace_is_reused_grows_and_keeps_outgrown_buffers():
+    from kernels.cuda_build import SplitKWorkspace
+
+    space, dev = SplitKWorkspace(), torch.device("cpu")
+    ws, cnt = space.get(dev, 10, 10)
+    assert ws.numel() == 1 << 20 and cnt.numel() == 4096 and int(cnt.abs().sum()) == 0
+    assert space.get(dev, 1 << 20, 4096)[0] is ws  # fits: the same buffers
+    big, big_cnt = space.get(dev, (1 << 20) + 1, 10)
+    assert big is not ws and big.numel() == (1 << 20) + 1 and int(big_cnt.abs().sum()) == 0
+    assert any(t is ws for t in space._outgrown)  # a captured graph may still use it
