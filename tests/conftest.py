@@ -17,6 +17,26 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 
+def triton_interpreter_works() -> bool:
+    """Whether the runtime's Triton kernels can run here: compiled on a GPU, else in Triton's CPU interpreter,
+    which works only if `kernels` turned it on before anything imported triton."""
+    import torch
+
+    if torch.cuda.is_available():
+        return True
+    try:
+        from compress.runtime.decode_kernels import gemv
+
+        gemv(torch.ones(1, 16, dtype=torch.float16), torch.ones(16, 16, dtype=torch.float16), (16, 16, 4))
+        return True
+    except Exception:  # triton was imported before kernels turned its interpreter on
+        return False
+
+
+# A string condition: evaluated when the test runs, with the test module's globals (import both names).
+needs_triton = pytest.mark.skipif("not triton_interpreter_works()", reason="Triton imported before its CPU interpreter")
+
+
 @pytest.fixture(scope="session")
 def stories_dir() -> Path:
     if not STORIES.is_dir():

@@ -16,6 +16,7 @@ import torch
 
 from compress.errors import CompressError
 from compress.runtime.spec import LayerSpec
+from tests.conftest import needs_triton, triton_interpreter_works  # noqa: F401 (the skip condition names it)
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -25,19 +26,6 @@ def _rel(a, b) -> float:
     return float((a - b).norm() / b.norm().clamp_min(1e-30))
 
 
-def _interpreter_works() -> bool:
-    if torch.cuda.is_available():
-        return True
-    try:
-        from compress.runtime.decode_kernels import gemv
-
-        gemv(torch.ones(1, 16, dtype=torch.float16), torch.ones(16, 16, dtype=torch.float16), (16, 16, 4))
-        return True
-    except Exception:  # triton was imported before kernels turned its interpreter on
-        return False
-
-
-needs_triton = pytest.mark.skipif("not _interpreter_works()", reason="Triton imported before its CPU interpreter")
 
 
 @needs_triton

@@ -11,6 +11,7 @@ import compress.runtime as rt
 from compress.errors import CompressError
 from compress.runtime.fastpath import FastLM
 from compress.runtime.generate import Generator, pick_engine
+from tests.conftest import needs_triton, triton_interpreter_works  # noqa: F401 (the skip condition names it)
 
 STORIES = "../shared/assets/models/stories260K"
 
@@ -96,19 +97,6 @@ def test_engine_choice():
 # ---- the runtime's own decode kernels (Triton; the CPU interpreter here, compiled on a GPU) ----------
 
 
-def _interpreter_works() -> bool:
-    if torch.cuda.is_available():
-        return True
-    try:
-        from compress.runtime.decode_kernels import gemv
-
-        gemv(torch.ones(1, 16, dtype=torch.float16), torch.ones(16, 16, dtype=torch.float16), (16, 16, 4))
-        return True
-    except Exception:  # triton was imported before kernels turned its interpreter on
-        return False
-
-
-needs_triton = pytest.mark.skipif("not _interpreter_works()", reason="Triton imported before its CPU interpreter")
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 
 
