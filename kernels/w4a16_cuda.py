@@ -1,16 +1,20 @@
-"""CUDA C++ W4A16 decode GEMV (kernels/csrc/w4a16_gemv.cu) for M = 1..8 tokens over the compress.int4 layout:
+"""CUDA C++ W4A16 decode GEMV (kernels/csrc/w4a16_gemv.cu) for M = 1..16 tokens over the compress.int4 layout:
 built with nvcc on first use (kernels/cuda_build.py), loaded through ctypes, launched on torch's current stream.
 
 Why not Triton: the Triton W4A16 kernels (kernels/w4a16.py) stream the int4 weights at 1.0-1.5 TB/s on the
-Llama-3-8B layers (bench/results/h100/kernels/NOTES.md), about half the copy bandwidth; the CUDA kernel puts
-16-byte weight loads two pipeline steps deep in registers and dequantizes a word (8 weights) in 9 instructions
-(group 128) straight into tensor-core fragments (the .cu header has the layout and the instruction count).
-Measured on the H100: bench/results/h100/kernels/w4a16_cuda_notes.md.
+Llama-3-8B layers (bench/results/h100/kernels/NOTES.md), about half the copy bandwidth. The CUDA kernel streams
+each warp's rows through a ring of shared-memory slots filled by cp.async (several slots in flight per warp),
+dequantizes a word (8 weights) in 9 instructions (group 128) straight into tensor-core fragments, and runs the
+mma twice per fragment for M = 9..16 (the .cu header has the layout and the instruction count).
+Measured on the H100: bench/results/h100/kernels/w4a16_cuda_s4_notes.md (and w4a16_cuda_notes.md, session 3).
 
-Covered: M = 1..8, group 64 / 128, symmetric and asymmetric, fp16 or bf16 activations with scales of the
+Covered: M = 1..16, group 64 / 128, symmetric and asymmetric, fp16 or bf16 activations with scales of the
 same dtype (the runtime keeps them so), the checkpoint's packed tensors as they are. Anything else raises
 `CompressError` from `w4a16_gemv`; `supports` answers without raising (the runtime's path choice asks it).
-COMPRESS_W4A16_CUDA=0 turns the kernel off; COMPRESS_W4A16_VARIANT forces a build variant.
+COMPRESS_W4A16_CUDA=0 turns the kernel off; COMPRESS_W4A16_VARIANT forces a build variant;
+COMPRESS_W4A16_PDL picks plain launches (0), programmatic dependent launch (1) or the same with the weights read
+before the previous kernel is done (2: the weights must not be written by the kernel launched right before the
+GEMV; see the .cu header).
 
 Public: `w4a16_gemv` (launcher, registered as torch.ops.compress.w4a16_gemv), `supports`, `plan`, `build`.
 The plain-torch reference of the same math is kernels.w4a16.w4a16_linear_ref.
@@ -31,23 +35,21 @@ from compress.packing.int4 import BLOCK_K, GROUP_SIZES, num_groups, padded_k
 from kernels import cuda_build
 
 SRC = Path(__file__).resolve().parent / "csrc" / "w4a16_gemv.cu"
-MAX_M = 8  # the mma's 8 token columns
-# Build variants: name -> (warps per CTA, 128-k blocks per pipeline step, weight-load policy). A CTA owns 16 rows
-# per warp. Load policy (see the .cu): 0 evict-first, 1 no-L1 + 256-byte L2 fetches ("p"), 2 plain ("n").
-VARIANTS = {"w8s2": (8, 2, 0), "w8s4": (8, 4, 0), "w4s2": (4, 2, 0), "w4s4": (4, 4, 0),
-            "w8s2p": (8, 2, 1), "w4s2p": (4, 2, 1), "w4s2n": (4, 2, 2)}
-# (variant, waves) per M bucket (M <= 2, <= 4, <= 8). Evidence (H100, geo-mean over 10 Llama-3 shapes): first sweep
-# (bench/results/h100/kernels/w4a16_cuda_run1) M=1 w4s2 waves 1 24.5 us vs w8s2 waves 2 25.9 us, M=8 w8s2 waves 2
-# 31.4 us best. Second run (w4a16_cuda.md): its sweep preferred w8s2 waves 1 at M=4/8 by 1-3% in geo-mean, but in the
-# main table that config lost on the median (M=8: 1.70x vs 1.87x over fp16), so these defaults stay; the load
-# policies "p" / "n" were 5-16% slower than evict-first in geo-mean.
-DEFAULTS = {2: ("w4s2", 1.0), 4: ("w8s2", 2.0), 8: ("w8s2", 2.0)}
-DEFAULT_VARIANT = "w8s2"  # the one the tests build first
-# Split-K plan (see `plan`): CTAs launched = about `waves` x (16 warps' worth of CTAs per SM); no K chunk shorter
-# than MIN_BLOCKS blocks of 128; staged activations at most STAGED_BYTES per CTA.
+MAX_M = 16  # two mma n-tiles of 8 tokens
+# Build variants: name -> (warps per CTA, 128-k blocks per ring slot, ring slots per warp). A CTA owns 16 rows per
+# warp; a warp's ring holds slots x blocks x 1 KB of weights, slots - 1 of them in flight.
+VARIANTS = {"w4b2s4": (4, 2, 4), "w4b4s3": (4, 4, 3), "w4b1s8": (4, 1, 8), "w8b2s3": (8, 2, 3), "w2b2s6": (2, 2, 6)}
+# (variant, waves) per M bucket (M <= 8, <= 16); waves = CTAs launched / CTAs resident at once (see `plan`).
+DEFAULTS = {8: ("w4b2s4", 1.0), 16: ("w4b2s4", 1.0)}
+DEFAULT_VARIANT = "w4b2s4"  # the one the tests build first
+# Split-K plan (see `plan`): no K chunk shorter than MIN_BLOCKS blocks of 128; staged activations at most
+# STAGED_BYTES per CTA; a CTA's shared memory at most SMEM_BYTES (the H100 allows 227 KB).
 MIN_BLOCKS = 2
 STAGED_BYTES = 32 * 1024
-_RC = {-1: "M outside 1..8", -2: "group_size not 64/128", -3: "bad split-K plan", -4: "staged activations over 32 KB"}
+SMEM_BYTES = 200 * 1024
+PDL_DEFAULT = 0  # COMPRESS_W4A16_PDL when unset
+_RC = {-1: "M outside 1..16", -2: "group_size not 64/128", -3: "bad split-K plan",
+       -4: "shared memory over the device's per-block limit"}
 
 _lock = threading.Lock()
 _libs: dict[tuple[str, str], ctypes.CDLL] = {}
@@ -58,6 +60,15 @@ _workspace = cuda_build.SplitKWorkspace()
 
 def enabled() -> bool:
     return os.environ.get("COMPRESS_W4A16_CUDA", "1") != "0"
+
+
+def pdl_mode() -> int:
+    """COMPRESS_W4A16_PDL: 0 plain launches, 1 programmatic dependent launch, 2 the same with the weights read
+    before the previous kernel is done (only where no kernel writes the weights right before the GEMV)."""
+    v = os.environ.get("COMPRESS_W4A16_PDL", str(PDL_DEFAULT))
+    if v not in ("0", "1", "2"):
+        raise CompressError(f"COMPRESS_W4A16_PDL={v!r} is not 0, 1 or 2; unset it or pick one")
+    return int(v)
 
 
 def default_config(m: int) -> tuple[str, float]:
@@ -73,8 +84,8 @@ def default_config(m: int) -> tuple[str, float]:
 
 def compile_variant(arch_code: str, name: str) -> Path:
     """Build (or find cached) the library of one variant for an architecture code such as "90a"."""
-    warps, stage, load = VARIANTS[name]
-    return cuda_build.compile_library(SRC, name, [f"-DW4_WARPS={warps}", f"-DW4_STAGE={stage}", f"-DW4_LOAD={load}"], arch_code,
+    warps, blocks, slots = VARIANTS[name]
+    return cuda_build.compile_library(SRC, name, [f"-DW4_WARPS={warps}", f"-DW4_SB={blocks}", f"-DW4_STAGES={slots}"], arch_code,
                                       "w4a16 CUDA GEMV", "the Triton kernels serve instead")
 
 
@@ -94,9 +105,11 @@ def build(device: torch.device, name: str | None = None) -> ctypes.CDLL:
             raise CompressError(str(e)) from None
         p, i = ctypes.c_void_p, ctypes.c_int
         so.w4a16_gemv.restype = i
-        so.w4a16_gemv.argtypes = [p, i, p, p, p, p, p, p, i, i, i, i, i, i, i, p]
+        so.w4a16_gemv.argtypes = [p, i, p, p, p, p, p, p, i, i, i, i, i, i, i, i, p]
         so.w4a16_gemv_rows_per_cta.restype = i
         so.w4a16_gemv_variant.restype = i
+        so.w4a16_gemv_ctas_per_sm.restype = i
+        so.w4a16_gemv_ctas_per_sm.argtypes = [i, i, i, i, i]
         _libs[key] = so
         return so
 
@@ -110,22 +123,36 @@ def prebuild(device: torch.device, names: list[str]) -> None:
         list(pool.map(lambda nm: compile_variant(arch_code, nm), names))
 
 
-def plan(n: int, k: int, m: int, sms: int, warps: int, waves: float = 2.0,
-         min_blocks: int | None = None) -> tuple[int, int]:
+def smem_bytes(per: int, m: int, name: str, group_size: int = 128, asym: bool = False) -> int:
+    """Shared memory of one CTA (the .cu's smem_bytes): weight ring, staged activations, scales, zeros."""
+    warps, blocks, slots = VARIANTS[name]
+    rows, gpb = 16 * warps, 2 if group_size == 64 else 1
+    r16 = lambda v: -(-v // 16) * 16  # noqa: E731
+    return (warps * slots * blocks * 1024 + (per * 16 * m + 1) * 16 + r16(per * gpb * rows * 2)
+            + (r16(per * gpb * rows) if asym else 0))
+
+
+def plan(n: int, k: int, m: int, sms: int, name: str, waves: float = 1.0, ctas_per_sm: int = 4,
+         min_blocks: int | None = None, group_size: int = 128, asym: bool = True) -> tuple[int, int]:
     """(per, split): 128-k blocks per CTA and number of K chunks.
 
-    Why split K: at decode sizes one CTA per 16*warps rows leaves SMs idle (N=4096 with 8 warps: 32 CTAs for
-    132 SMs), and every SM must keep loads in flight to reach the copy bandwidth. Each extra chunk costs one
-    fp32 partial per output (written and read back once), small next to the weights.
+    Why split K: at decode sizes one CTA per 16*warps rows leaves SMs idle (N=4096 with 4 warps: 64 CTAs for
+    132 SMs), and every SM must keep copies in flight to reach the copy bandwidth. The split aims at `waves` x
+    the CTAs resident at once (sms x ctas_per_sm, from the occupancy calculator): waves <= 1 keeps every CTA
+    resident from the start (no tail wave). Each extra chunk costs one fp32 partial per output (written and
+    read back once), small next to the weights.
     """
     min_blocks = MIN_BLOCKS if min_blocks is None else min_blocks
+    warps = VARIANTS[name][0]
     kblocks = padded_k(k) // BLOCK_K
     groups = -(-n // (16 * warps))
-    want = max(1, int(sms * (16 // warps) * waves))
-    split = max(1, min(kblocks, -(-want // groups)))
+    want = max(1, int(sms * max(1, ctas_per_sm) * waves))
+    split = max(1, min(kblocks, want // groups))
     per = -(-kblocks // split)
     per = max(per, min(min_blocks, kblocks))
-    per = min(per, STAGED_BYTES // (256 * m))
+    per = max(1, min(per, STAGED_BYTES // (256 * m)))
+    while per > 1 and smem_bytes(per, m, name, group_size, asym) > SMEM_BYTES:
+        per -= 1
     return per, -(-kblocks // per)
 
 
@@ -187,8 +214,28 @@ def supports(x2: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zero
     return True
 
 
+_plans: dict[tuple, tuple[int, int]] = {}
+
+
+def plan_for(device: torch.device, lib: ctypes.CDLL, name: str, n: int, k: int, m: int, group_size: int, asym: bool,
+             bf16: bool, waves: float, min_blocks: int | None = None) -> tuple[int, int]:
+    """`plan` with the CTAs resident per SM asked of the build's occupancy calculator (cached per call shape)."""
+    key = (device, name, n, k, m, group_size, asym, bf16, waves, min_blocks)
+    got = _plans.get(key)
+    if got is None:
+        sms = torch.cuda.get_device_properties(device).multi_processor_count
+        occ = lambda per: lib.w4a16_gemv_ctas_per_sm(per, m, group_size, int(asym), int(bf16))  # noqa: E731
+        # The occupancy depends on the chunk (its staged activations and scales), the chunk on the occupancy:
+        # plan at a guess, then once more at the chunk that gave.
+        per, _ = plan(n, k, m, sms, name, waves, max(1, occ(8)), min_blocks, group_size, asym)
+        got = plan(n, k, m, sms, name, waves, max(1, occ(per)), min_blocks, group_size, asym)
+        _plans[key] = got
+    return got
+
+
 def _launch(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None, group_size: int,
-            name: str | None = None, waves: float | None = None, min_blocks: int | None = None) -> torch.Tensor:
+            name: str | None = None, waves: float | None = None, min_blocks: int | None = None,
+            pdl: int | None = None) -> torch.Tensor:
     n, k = _check(x, qweight, scales, zeros, group_size)
     lead = x.shape[:-1]
     x2 = x.reshape(-1, k).contiguous()  # (M, K)
@@ -198,15 +245,17 @@ def _launch(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros:
         return out.reshape(*lead, n)
     dname, dwaves = default_config(m)
     name, waves = name or dname, dwaves if waves is None else waves
+    pdl = pdl_mode() if pdl is None else int(pdl)
+    flags = {0: 0, 1: 1, 2: 3}[pdl]
     lib = build(x.device, name)
     warps = VARIANTS[name][0]
-    sms = torch.cuda.get_device_properties(x.device).multi_processor_count
-    per, split = plan(n, k, m, sms, warps, waves, min_blocks)
+    per, split = plan_for(x.device, lib, name, n, k, m, group_size, zeros is not None, x.dtype == torch.bfloat16, waves,
+                          min_blocks)
     ws, cnt = _workspace.get(x.device, split * m * n if split > 1 else 0, -(-n // (16 * warps)))
     rc = lib.w4a16_gemv(
         x2.data_ptr(), int(x.dtype == torch.bfloat16), qweight.data_ptr(), scales.data_ptr(),
         zeros.data_ptr() if zeros is not None else None, out.data_ptr(), ws.data_ptr(), cnt.data_ptr(), m, n, k,
-        x2.stride(0), group_size, per, split, torch.cuda.current_stream(x.device).cuda_stream)
+        x2.stride(0), group_size, per, split, flags, torch.cuda.current_stream(x.device).cuda_stream)
     if rc != 0:
         raise CompressError(f"w4a16 CUDA GEMV: launch failed with code {rc} ({_RC.get(rc, 'CUDA error')}; M={m}, N={n}, "
                             f"K={k}, group {group_size}, per={per}, split={split}, variant {name})")
@@ -226,9 +275,9 @@ def _(x, qweight, scales, zeros, group_size):
 
 def w4a16_gemv(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None = None,
                group_size: int = 128, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """y = x @ W^T (+ bias), W in the compress.int4 layout, for at most 8 tokens.
+    """y = x @ W^T (+ bias), W in the compress.int4 layout, for at most 16 tokens.
 
-    x (..., K) fp16/bf16 with M = prod(...) <= 8; qweight int32 (N, Kp/8); scales (G, N) in x's dtype;
+    x (..., K) fp16/bf16 with M = prod(...) <= 16; qweight int32 (N, Kp/8); scales (G, N) in x's dtype;
     zeros uint8 (G, N) or None (symmetric, z = 8). Returns (..., N) in x's dtype.
     """
     _check(x, qweight, scales, zeros, group_size)  # here too: the custom op would wrap the error
@@ -236,11 +285,10 @@ def w4a16_gemv(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zer
     return y + bias if bias is not None else y
 
 
-def planned(n: int, k: int, m: int, name: str | None = None) -> str:
+def planned(n: int, k: int, m: int, name: str | None = None, group_size: int = 128, asym: bool = False) -> str:
     """The default plan as text, for benchmark tables: variant, K chunk and split (on GPU 0)."""
     dname, waves = default_config(m)
     name = name or dname
-    sms = torch.cuda.get_device_properties(0).multi_processor_count if torch.cuda.is_available() else 132
-    per, split = plan(n, k, m, sms, VARIANTS[name][0], waves)
+    dev = torch.device("cuda", 0)
+    per, split = plan_for(dev, build(dev, name), name, n, k, m, group_size, asym, False, waves)
     return f"cuda gemv {name} per{per} x{split}"
-

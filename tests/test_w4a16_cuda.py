@@ -36,7 +36,7 @@ def layer(n, k, gs, sym, dtype, device="cuda", seed=0):
 @pytest.mark.parametrize("n,k", SHAPES, ids=[f"{n}x{k}" for n, k in SHAPES])
 def test_gemv_matches_reference(dtype, gs, sym, n, k):
     p = layer(n, k, gs, sym, dtype, seed=n + k + gs)
-    for m in (1, 3, 8):
+    for m in (1, 3, 8, 9, 16):  # one token tile (M <= 8), two (M = 9..16)
         x = torch.randn(m, k, device="cuda", generator=torch.Generator("cuda").manual_seed(m)).to(dtype)
         out = w4a16_cuda.w4a16_gemv(x, p["qweight"], p["scales"], p["zeros"], gs)
         assert out.shape == (m, n) and out.dtype == dtype
@@ -49,7 +49,7 @@ def test_gemv_matches_reference(dtype, gs, sym, n, k):
 def test_every_build_variant_matches_reference(name):
     n, k = 1000, 2112  # K = 64 * 33
     p = layer(n, k, 64, False, torch.float16, seed=5)
-    for m in (1, 2, 5, 8):
+    for m in (1, 2, 5, 8, 12, 16):
         x = torch.randn(m, k, device="cuda").half()
         out = w4a16_cuda._launch(x, p["qweight"], p["scales"], p["zeros"], 64, name=name)
         assert rel_err(out, w4a16_linear_ref(x, p["qweight"], p["scales"], p["zeros"], 64)) < TOL[torch.float16]
@@ -85,6 +85,33 @@ def test_same_inputs_same_bytes_and_graph_replay():
 
 
 @gpu
+@pytest.mark.parametrize("m", [1, 16])
+def test_programmatic_dependent_launch_back_to_back(m):
+    """With programmatic dependent launch, a GEMV may start while the previous one drains: back-to-back calls
+    that share the split-K workspace (eager and in a CUDA graph) give the bytes of plain launches."""
+    layers = [layer(n, k, 128, True, torch.float16, seed=10 + i) for i, (n, k) in enumerate([(4096, 4096), (4096, 14336)])]
+    xs = [torch.randn(m, 4096, device="cuda").half(), torch.randn(m, 14336, device="cuda").half()]
+
+    def step(pdl):
+        return [w4a16_cuda._launch(x, p["qweight"], p["scales"], None, 128, pdl=pdl) for x, p in zip(xs * 3, layers * 3)]
+
+    want = step(0)
+    assert torch.equal(want[0], want[2]) and torch.equal(want[1], want[3])
+    for mode in (1, 2):
+        got = step(mode)
+        assert all(torch.equal(a, b) for a, b in zip(got, want)), mode
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            outs = step(mode)
+        for _ in range(3):
+            graph.replay()
+            torch.cuda.synchronize()
+            assert all(torch.equal(a, b) for a, b in zip(outs, want)), mode
+    ref = w4a16_linear_ref(xs[1], layers[1]["qweight"], layers[1]["scales"], None, 128)
+    assert rel_err(want[1], ref) < TOL[torch.float16]
+
+
+@gpu
 def test_leading_dims_bias_and_empty():
     n, k = 96, 384
     p = layer(n, k, 128, True, torch.float16, seed=4)
@@ -111,7 +138,7 @@ def test_runtime_offers_and_measures_the_cuda_path():
     x = torch.randn(4, k, device="cuda").half()
     paths = dict(mod.kernel_paths(x))
     assert "cuda_gemv" in paths
-    assert "cuda_gemv" not in dict(mod.kernel_paths(torch.randn(9, k, device="cuda").half()))
+    assert "cuda_gemv" not in dict(mod.kernel_paths(torch.randn(17, k, device="cuda").half()))
     assert rel_err(paths["cuda_gemv"](), mod.reference(x)) < TOL[torch.float16]
     table = PathTable()
     table.run(("t",), mod.kernel_paths(x), x.device)
@@ -127,7 +154,7 @@ def cpu_layer(n=64, k=256, gs=128, sym=True, dtype=torch.float16):
 @pytest.mark.parametrize("change,match", [
     (dict(x=torch.zeros(1, 256)), r"activations must be float16 or bfloat16, got torch.float32; cast x first"),
     (dict(group_size=32), r"group_size=32 is not supported; use one of \(64, 128\)"),
-    (dict(x=torch.zeros(9, 256).half()), r"M=9 tokens is more than this GEMV's 8; use kernels.w4a16.w4a16_linear"),
+    (dict(x=torch.zeros(17, 256).half()), r"M=17 tokens is more than this GEMV's 16; use kernels.w4a16.w4a16_linear"),
     (dict(x=torch.zeros(1, 384).half()), r"qweight \(64, 32\) torch.int32 does not fit in_features=384; expected int32 \(N, 48\)"),
     (dict(scales=torch.zeros(3, 64).half()), r"scales \(3, 64\) do not match; expected \(G, N\) = \(2, 64\)"),
     (dict(scales=torch.zeros(2, 64)), r"scales are torch.float32 but x is torch.float16; cast the scales"),
@@ -152,12 +179,12 @@ def test_unaligned_qweight_is_refused():
 
 def test_default_config_by_m(monkeypatch):
     monkeypatch.delenv("COMPRESS_W4A16_VARIANT", raising=False)
-    for m in range(1, 9):
+    for m in range(1, 17):
         name, waves = w4a16_cuda.default_config(m)
         assert name in w4a16_cuda.VARIANTS and waves > 0
         assert (name, waves) == w4a16_cuda.DEFAULTS[min(b for b in w4a16_cuda.DEFAULTS if m <= b)]
-    monkeypatch.setenv("COMPRESS_W4A16_VARIANT", "w8s4")
-    assert w4a16_cuda.default_config(1)[0] == "w8s4"
+    monkeypatch.setenv("COMPRESS_W4A16_VARIANT", "w8b2s3")
+    assert w4a16_cuda.default_config(1)[0] == "w8b2s3"
 
 
 def test_supports_is_false_on_cpu_and_with_the_kill_switch(monkeypatch):
@@ -165,23 +192,32 @@ def test_supports_is_false_on_cpu_and_with_the_kill_switch(monkeypatch):
     assert not w4a16_cuda.supports(torch.zeros(1, 256).half(), p["qweight"], p["scales"], None, 128)
     monkeypatch.setenv("COMPRESS_W4A16_CUDA", "0")
     assert not w4a16_cuda.enabled()
+    monkeypatch.setenv("COMPRESS_W4A16_PDL", "yes")
+    with pytest.raises(CompressError, match=r"COMPRESS_W4A16_PDL='yes' is not 0, 1 or 2"):
+        w4a16_cuda.pdl_mode()
     monkeypatch.setenv("COMPRESS_W4A16_VARIANT", "w9")
     with pytest.raises(CompressError, match=r"COMPRESS_W4A16_VARIANT='w9' is not one of"):
         w4a16_cuda.default_config(1)
 
 
-@pytest.mark.parametrize("warps,waves", [(4, 1.0), (8, 2.0), (8, 4.0)])
-@pytest.mark.parametrize("m", [1, 3, 8])
+@pytest.mark.parametrize("name,waves,ctas", [("w4b2s4", 1.0, 4), ("w8b2s3", 2.0, 2), ("w2b2s6", 0.5, 8),
+                                               ("w4b1s8", 4.0, 1)])
+@pytest.mark.parametrize("m", [1, 3, 8, 16])
+@pytest.mark.parametrize("gs,asym", [(128, False), (64, True)])
 @pytest.mark.parametrize("n,k", [(1024, 4096), (4096, 4096), (14336, 4096), (4096, 14336), (8192, 28672),
                                  (28672, 8192), (33, 192), (100, 64)])
-def test_plan_covers_k_once_and_fits_shared_memory(warps, waves, m, n, k):
+def test_plan_covers_k_once_and_fits_shared_memory(name, waves, ctas, m, gs, asym, n, k):
     kblocks = padded_k(k) // 128
-    per, split = w4a16_cuda.plan(n, k, m, 132, warps, waves)
+    per, split = w4a16_cuda.plan(n, k, m, 132, name, waves, ctas, group_size=gs, asym=asym)
     assert per >= 1 and split >= 1
     assert per * split >= kblocks and per * (split - 1) < kblocks  # every block in exactly one chunk, none empty
     assert per * 4 * 4 * m * 16 <= w4a16_cuda.STAGED_BYTES
-    groups = -(-n // (16 * warps))
-    assert groups * split <= 64 * 132  # grid stays a few waves at most
+    assert w4a16_cuda.smem_bytes(per, m, name, gs, asym) <= w4a16_cuda.SMEM_BYTES
+    groups = -(-n // (16 * w4a16_cuda.VARIANTS[name][0]))
+    # No more CTAs than asked for, unless K is not split or the chunk is as long as shared memory allows.
+    longest = per == w4a16_cuda.STAGED_BYTES // (256 * m) or \
+        w4a16_cuda.smem_bytes(per + 1, m, name, gs, asym) > w4a16_cuda.SMEM_BYTES
+    assert split == 1 or longest or groups * split <= waves * 132 * ctas
 
 
 def test_runtime_offers_no_cuda_path_on_cpu():
@@ -202,9 +238,14 @@ def test_source_compiles_for_the_h100(tmp_path, monkeypatch):
 
     monkeypatch.setenv("COMPRESS_KERNEL_CACHE", str(tmp_path))
     lib = ctypes.CDLL(str(w4a16_cuda.compile_variant("90a", w4a16_cuda.DEFAULT_VARIANT)))
-    warps, stage, load = w4a16_cuda.VARIANTS[w4a16_cuda.DEFAULT_VARIANT]
-    assert lib.w4a16_gemv_variant() == warps * 100 + stage * 10 + load
+    warps, blocks, slots = w4a16_cuda.VARIANTS[w4a16_cuda.DEFAULT_VARIANT]
+    assert lib.w4a16_gemv_variant() == warps * 100 + blocks * 10 + slots
     assert lib.w4a16_gemv_rows_per_cta() == 16 * warps
+    # The plan's shared-memory budget is the kernel's own layout.
+    lib.w4a16_gemv_smem_bytes.restype = ctypes.c_long
+    for per, m, gs, asym in [(1, 1, 128, 0), (13, 3, 64, 1), (8, 16, 128, 1), (112, 1, 64, 0)]:
+        assert lib.w4a16_gemv_smem_bytes(per, m, gs, asym) == w4a16_cuda.smem_bytes(
+            per, m, w4a16_cuda.DEFAULT_VARIANT, gs, bool(asym))
 
 
 def test_split_k_workspace_is_reused_grows_and_keeps_outgrown_buffers():
