@@ -19,6 +19,9 @@ Decode attention is split in two launches ("flash decoding"):
 The new token is scored in the combine step, so no program reads a cache row another program of the
 same launch writes. `pos` is read on the device: the launches are CUDA-graph safe.
 
+On Hopper the kernels a decode step launches (attention, GEMVs, norms) can start while the kernel
+before them finishes (programmatic dependent launch, COMPRESS_DECODE_PDL=1; see "PDL" below).
+
 On a CPU the kernels run in Triton's interpreter (tests only); importing `kernels` sets that up.
 """
 
@@ -32,9 +35,43 @@ import torch
 import kernels  # noqa: F401  (sets TRITON_INTERPRET=1 on CPU-only machines before triton loads)
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 LOG2E = 1.4426950408889634
 NEG = tl.constexpr(-1.0e30)  # "minus infinity" that stays finite (empty chunks must not make NaN in the merge)
+
+
+# ---- programmatic dependent launch (PDL) ---------------------------------------------------------
+# A decode step is ~290 launches of these kernels back to back; each used to start only after the one
+# before had drained, and then waited a DRAM round trip for its first bytes. With PDL (Hopper) a kernel
+# starts while its predecessor finishes: it asks for its successor's launch at once
+# (`gdc_launch_dependents`), reads what no kernel of the step writes (weights) before `gdc_wait`, and
+# everything else -- and every store -- after it. `gdc_wait` returns when the predecessor grid has
+# completed and its writes are visible; every program of every such kernel calls it, so completion is
+# transitive down the chain and no program reads or overwrites a buffer an earlier kernel still uses.
+# COMPRESS_DECODE_PDL=1 turns it on (A/B runs); never on CPUs (the interpreter runs no inline asm) or
+# before sm_90.
+
+
+_CAPABILITY: dict[int, tuple[int, int]] = {}
+
+
+def pdl_enabled(device: torch.device) -> bool:
+    """Whether the decode kernels launch with PDL on `device` (see above)."""
+    if device.type != "cuda" or os.environ.get("TRITON_INTERPRET", "0") == "1":
+        return False
+    if os.environ.get("COMPRESS_DECODE_PDL", "0") != "1":  # off until measured on the H100 (session 4)
+        return False
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    if idx not in _CAPABILITY:
+        _CAPABILITY[idx] = torch.cuda.get_device_capability(idx)
+    return _CAPABILITY[idx] >= (9, 0)
+
+
+def _pick(plain, with_pdl, device: torch.device):
+    """(kernel, launch options) for a launch on `device`: each kernel that takes part exists twice, the
+    same body (`*_impl`, PDL a constexpr) behind its original signature and behind a `*_pdl` twin."""
+    return (with_pdl, {"launch_pdl": True}) if pdl_enabled(device) else (plain, {})
 
 
 # ---- RoPE on one head, in registers ----------------------------------------------------------------
@@ -69,13 +106,16 @@ def _rope_heads(ptr, row_off, offs_d, mask2d, cos_ptr, sin_ptr, nw_ptr, eps,
 
 
 @triton.jit
-def _attn_split(q_ptr, stride_qb, cos_ptr, sin_ptr, qn_ptr, eps, kc_ptr, vc_ptr, pos_ptr,
-                pm_ptr, pl_ptr, pacc_ptr, scale_log2,
-                HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, L: tl.constexpr, S: tl.constexpr,
-                CHUNK: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_L: tl.constexpr, HAS_NORM: tl.constexpr,
-                BLOCK_D: tl.constexpr):
+def _attn_split_impl(q_ptr, stride_qb, cos_ptr, sin_ptr, qn_ptr, eps, kc_ptr, vc_ptr, pos_ptr,
+                     pm_ptr, pl_ptr, pacc_ptr, scale_log2,
+                     HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, L: tl.constexpr, S: tl.constexpr,
+                     CHUNK: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_L: tl.constexpr, HAS_NORM: tl.constexpr,
+                     BLOCK_D: tl.constexpr, PDL: tl.constexpr):
     pid_bh = tl.program_id(0)
     pid_s = tl.program_id(1)
+    if PDL:  # everything this kernel reads may come from the launches just before it
+        gdc_launch_dependents()
+        gdc_wait()
     b = pid_bh // HKV
     h = pid_bh % HKV
     pos = tl.load(pos_ptr).to(tl.int32)
@@ -111,10 +151,30 @@ def _attn_split(q_ptr, stride_qb, cos_ptr, sin_ptr, qn_ptr, eps, kc_ptr, vc_ptr,
 
 
 @triton.jit
-def _attn_combine(q_ptr, k_ptr, v_ptr, stride_qb, stride_kb, stride_vb, cos_ptr, sin_ptr, qn_ptr, kn_ptr, eps,
-                  kc_ptr, vc_ptr, pos_ptr, pm_ptr, pl_ptr, pacc_ptr, out_ptr, scale_log2,
-                  HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, L: tl.constexpr, S: tl.constexpr,
-                  HAS_NORM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr):
+def _attn_split(q_ptr, stride_qb, cos_ptr, sin_ptr, qn_ptr, eps, kc_ptr, vc_ptr, pos_ptr,
+                pm_ptr, pl_ptr, pacc_ptr, scale_log2,
+                HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, L: tl.constexpr, S: tl.constexpr,
+                CHUNK: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_L: tl.constexpr, HAS_NORM: tl.constexpr,
+                BLOCK_D: tl.constexpr):
+    _attn_split_impl(q_ptr, stride_qb, cos_ptr, sin_ptr, qn_ptr, eps, kc_ptr, vc_ptr, pos_ptr, pm_ptr, pl_ptr, pacc_ptr,
+                     scale_log2, HKV, G, D, L, S, CHUNK, BLOCK_G, BLOCK_L, HAS_NORM, BLOCK_D, False)
+
+
+@triton.jit
+def _attn_split_pdl(q_ptr, stride_qb, cos_ptr, sin_ptr, qn_ptr, eps, kc_ptr, vc_ptr, pos_ptr,
+                    pm_ptr, pl_ptr, pacc_ptr, scale_log2,
+                    HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, L: tl.constexpr, S: tl.constexpr,
+                    CHUNK: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_L: tl.constexpr, HAS_NORM: tl.constexpr,
+                    BLOCK_D: tl.constexpr):
+    _attn_split_impl(q_ptr, stride_qb, cos_ptr, sin_ptr, qn_ptr, eps, kc_ptr, vc_ptr, pos_ptr, pm_ptr, pl_ptr, pacc_ptr,
+                     scale_log2, HKV, G, D, L, S, CHUNK, BLOCK_G, BLOCK_L, HAS_NORM, BLOCK_D, True)
+
+
+@triton.jit
+def _attn_combine_impl(q_ptr, k_ptr, v_ptr, stride_qb, stride_kb, stride_vb, cos_ptr, sin_ptr, qn_ptr, kn_ptr, eps,
+                       kc_ptr, vc_ptr, pos_ptr, pm_ptr, pl_ptr, pacc_ptr, out_ptr, scale_log2,
+                       HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, L: tl.constexpr, S: tl.constexpr,
+                       HAS_NORM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr, PDL: tl.constexpr):
     """One program per query head (grid B*H): the S partials of its kv head are read as (BLOCK_S, D)
     tiles, so a short loop of independent loads replaces the 2*S dependent steps of one program per kv
     head (H100 profile, Llama-3-8B W8A8 decode: 5.5 us per call with grid B*Hkv = 8)."""
@@ -123,6 +183,9 @@ def _attn_combine(q_ptr, k_ptr, v_ptr, stride_qb, stride_kb, stride_vb, cos_ptr,
     hq = pid % (HKV * G)  # query head
     h = hq // G  # its kv head
     g = hq % G
+    if PDL:
+        gdc_launch_dependents()
+        gdc_wait()
     pos = tl.load(pos_ptr).to(tl.int32)
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < D
@@ -161,6 +224,26 @@ def _attn_combine(q_ptr, k_ptr, v_ptr, stride_qb, stride_kb, stride_vb, cos_ptr,
         acc += tl.sum(w[:, None] * pacc, axis=0)
     out = acc / total
     tl.store(out_ptr + b * (HKV * G * D) + hq * D + offs_d, out.to(out_ptr.dtype.element_ty), mask=d_ok)
+
+
+@triton.jit
+def _attn_combine(q_ptr, k_ptr, v_ptr, stride_qb, stride_kb, stride_vb, cos_ptr, sin_ptr, qn_ptr, kn_ptr, eps,
+                  kc_ptr, vc_ptr, pos_ptr, pm_ptr, pl_ptr, pacc_ptr, out_ptr, scale_log2,
+                  HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, L: tl.constexpr, S: tl.constexpr,
+                  HAS_NORM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr):
+    _attn_combine_impl(q_ptr, k_ptr, v_ptr, stride_qb, stride_kb, stride_vb, cos_ptr, sin_ptr, qn_ptr, kn_ptr, eps,
+                       kc_ptr, vc_ptr, pos_ptr, pm_ptr, pl_ptr, pacc_ptr, out_ptr, scale_log2, HKV, G, D, L, S,
+                       HAS_NORM, BLOCK_D, BLOCK_S, False)
+
+
+@triton.jit
+def _attn_combine_pdl(q_ptr, k_ptr, v_ptr, stride_qb, stride_kb, stride_vb, cos_ptr, sin_ptr, qn_ptr, kn_ptr, eps,
+                      kc_ptr, vc_ptr, pos_ptr, pm_ptr, pl_ptr, pacc_ptr, out_ptr, scale_log2,
+                      HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, L: tl.constexpr, S: tl.constexpr,
+                      HAS_NORM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr):
+    _attn_combine_impl(q_ptr, k_ptr, v_ptr, stride_qb, stride_kb, stride_vb, cos_ptr, sin_ptr, qn_ptr, kn_ptr, eps,
+                       kc_ptr, vc_ptr, pos_ptr, pm_ptr, pl_ptr, pacc_ptr, out_ptr, scale_log2, HKV, G, D, L, S,
+                       HAS_NORM, BLOCK_D, BLOCK_S, True)
 
 
 class DecodeAttention:
@@ -213,14 +296,16 @@ class DecodeAttention:
         s_log2 = float(scale) * LOG2E
         common = dict(HKV=self.hkv, G=self.g, D=d, L=self.len, S=self.splits, CHUNK=self.chunk, BLOCK_G=self.block_g,
                       HAS_NORM=has_norm, BLOCK_D=max(16, triton.next_power_of_2(d)))
-        _attn_split[(b * self.hkv, self.splits)](
+        split, opts = _pick(_attn_split, _attn_split_pdl, q.device)
+        split[(b * self.hkv, self.splits)](
             q, q.stride(0), cos, sin, qn, eps, k_cache, v_cache, pos, self.pm, self.pl, self.pacc, s_log2,
-            BLOCK_L=self.BLOCK_L, num_warps=4, num_stages=2, **common)
-        _attn_combine[(b * self.h,)](
+            BLOCK_L=self.BLOCK_L, num_warps=4, num_stages=2, **common, **opts)
+        combine, opts = _pick(_attn_combine, _attn_combine_pdl, q.device)
+        combine[(b * self.h,)](
             q, k, v, q.stride(0), k.stride(0), v.stride(0), cos, sin, qn, kn, eps, k_cache, v_cache, pos,
             self.pm, self.pl, self.pacc, out, s_log2, HKV=self.hkv, G=self.g, D=d, L=self.len, S=self.splits,
             HAS_NORM=has_norm, BLOCK_D=common["BLOCK_D"], BLOCK_S=self.block_s,
-            num_warps=4)
+            num_warps=4, **opts)
         return out
 
 
@@ -228,12 +313,15 @@ class DecodeAttention:
 
 
 @triton.jit
-def _gemv(x_ptr, w_ptr, y_ptr, N, K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-          SILU_MUL: tl.constexpr):
+def _gemv_impl(x_ptr, w_ptr, y_ptr, N, K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+               SILU_MUL: tl.constexpr, PDL: tl.constexpr):
     """y = x @ W^T for one row x. SILU_MUL: x_ptr holds [gate | up] (2K values) and x = silu(gate) * up,
     computed in fp32 and rounded to the activation dtype (the rounding of the separate glue kernel),
     so the MLP's elementwise step needs no launch of its own."""
     pid = tl.program_id(0)
+    if PDL:
+        gdc_launch_dependents()
+        gdc_wait()
     offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
     n_mask = offs_n < N
@@ -254,6 +342,18 @@ def _gemv(x_ptr, w_ptr, y_ptr, N, K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_
     tl.store(y_ptr + offs_n, y.to(y_ptr.dtype.element_ty), mask=n_mask)
 
 
+@triton.jit
+def _gemv(x_ptr, w_ptr, y_ptr, N, K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+          SILU_MUL: tl.constexpr):
+    _gemv_impl(x_ptr, w_ptr, y_ptr, N, K, BLOCK_N, BLOCK_K, SILU_MUL, False)
+
+
+@triton.jit
+def _gemv_pdl(x_ptr, w_ptr, y_ptr, N, K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+              SILU_MUL: tl.constexpr):
+    _gemv_impl(x_ptr, w_ptr, y_ptr, N, K, BLOCK_N, BLOCK_K, SILU_MUL, True)
+
+
 # Configs the path table (compress.runtime.paths) tries per shape: (BLOCK_N, BLOCK_K, num_warps).
 # Measured on the H100 (graph of 32 calls over distinct weights, GB/s; cuBLAS in brackets): 16x512/4
 # warps was the best of the first four everywhere: qkv 6144x4096 2615 [2365], o 4096x4096 2417 [2032],
@@ -272,7 +372,8 @@ def gemv(x: torch.Tensor, w: torch.Tensor, config: tuple[int, int, int] = GEMV_C
     y = torch.empty(1, n, dtype=x.dtype, device=x.device)
     bn, bk, warps = config
     bk = min(bk, triton.next_power_of_2(k))
-    _gemv[(triton.cdiv(n, bn),)](x, w, y, n, K=k, BLOCK_N=bn, BLOCK_K=bk, SILU_MUL=silu_mul, num_warps=warps)
+    kernel, opts = _pick(_gemv, _gemv_pdl, x.device)
+    kernel[(triton.cdiv(n, bn),)](x, w, y, n, K=k, BLOCK_N=bn, BLOCK_K=bk, SILU_MUL=silu_mul, num_warps=warps, **opts)
     return y
 
 
@@ -459,16 +560,20 @@ def _quant_row(v, offs, mask, q_ptr, s_ptr, row_q, row_s):
 
 
 @triton.jit
-def _add_rms_norm(x_ptr, y_ptr, w_ptr, s_ptr, h_ptr, q_ptr, qs_ptr, eps, N: tl.constexpr, BLOCK: tl.constexpr,
-                  HAS_Y: tl.constexpr, QUANT: tl.constexpr):
+def _add_rms_norm_impl(x_ptr, y_ptr, w_ptr, s_ptr, h_ptr, q_ptr, qs_ptr, eps, N: tl.constexpr, BLOCK: tl.constexpr,
+                       HAS_Y: tl.constexpr, QUANT: tl.constexpr, PDL: tl.constexpr):
     """One row per program, the whole row in registers: s = x + y (rounded to the activation dtype,
     as the reference adds in it), h = w * (s * rsqrt(mean(s^2) + eps)).to(dtype). QUANT: also h's
     dynamic int8 quantization (the next W8A8 projection then needs no quantizer launch of its own)."""
     pid = tl.program_id(0)
+    if PDL:
+        gdc_launch_dependents()
     row = pid.to(tl.int64) * N
     offs = tl.arange(0, BLOCK)
     mask = offs < N
     w = tl.load(w_ptr + offs, mask=mask, other=0.0)  # issued first: its latency overlaps the row's loads
+    if PDL:
+        gdc_wait()  # the norm weight above is never written; the rows below come from the launches before
     s = tl.load(x_ptr + row + offs, mask=mask, other=0.0)
     if HAS_Y:
         s = s + tl.load(y_ptr + row + offs, mask=mask, other=0.0)
@@ -479,6 +584,18 @@ def _add_rms_norm(x_ptr, y_ptr, w_ptr, s_ptr, h_ptr, q_ptr, qs_ptr, eps, N: tl.c
     tl.store(h_ptr + row + offs, h, mask=mask)
     if QUANT:
         _quant_row(h.to(tl.float32), offs, mask, q_ptr, qs_ptr, row, pid)
+
+
+@triton.jit
+def _add_rms_norm(x_ptr, y_ptr, w_ptr, s_ptr, h_ptr, q_ptr, qs_ptr, eps, N: tl.constexpr, BLOCK: tl.constexpr,
+                  HAS_Y: tl.constexpr, QUANT: tl.constexpr):
+    _add_rms_norm_impl(x_ptr, y_ptr, w_ptr, s_ptr, h_ptr, q_ptr, qs_ptr, eps, N, BLOCK, HAS_Y, QUANT, False)
+
+
+@triton.jit
+def _add_rms_norm_pdl(x_ptr, y_ptr, w_ptr, s_ptr, h_ptr, q_ptr, qs_ptr, eps, N: tl.constexpr, BLOCK: tl.constexpr,
+                      HAS_Y: tl.constexpr, QUANT: tl.constexpr):
+    _add_rms_norm_impl(x_ptr, y_ptr, w_ptr, s_ptr, h_ptr, q_ptr, qs_ptr, eps, N, BLOCK, HAS_Y, QUANT, True)
 
 
 def add_rms_norm(x: torch.Tensor, y: torch.Tensor | None, w: torch.Tensor, eps: float, quant: bool = False):
@@ -493,8 +610,9 @@ def add_rms_norm(x: torch.Tensor, y: torch.Tensor | None, w: torch.Tensor, eps: 
     q = torch.empty(m, n, dtype=torch.int8, device=x.device) if quant else h
     qs = torch.empty(m, dtype=torch.float32, device=x.device) if quant else h
     block = triton.next_power_of_2(n)
-    _add_rms_norm[(m,)](x2, y2, w, s, h, q, qs, eps, N=n, BLOCK=block, HAS_Y=y is not None, QUANT=quant,
-                        num_warps=8 if block >= 4096 else 4)
+    kernel, opts = _pick(_add_rms_norm, _add_rms_norm_pdl, x.device)
+    kernel[(m,)](x2, y2, w, s, h, q, qs, eps, N=n, BLOCK=block, HAS_Y=y is not None, QUANT=quant,
+                 num_warps=8 if block >= 4096 else 4, **opts)
     out = (s.reshape(x.shape), h.reshape(x.shape))
     return (*out, (q, qs)) if quant else out
 
@@ -557,8 +675,8 @@ def _x_float_words(x_ptr, ww, byte, w_mask, K: tl.constexpr, SILU: tl.constexpr)
 
 
 @triton.jit
-def _gemv_i8(xq_ptr, xs_ptr, w_ptr, ws_ptr, y_ptr, N, KW: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr,
-             USE_ASM: tl.constexpr, X_FLOAT: tl.constexpr, SILU: tl.constexpr):
+def _gemv_i8_impl(xq_ptr, xs_ptr, w_ptr, ws_ptr, y_ptr, N, KW: tl.constexpr, BLOCK_N: tl.constexpr,
+                  BLOCK_W: tl.constexpr, USE_ASM: tl.constexpr, X_FLOAT: tl.constexpr, SILU: tl.constexpr, PDL: tl.constexpr):
     """y[n] = (sum_k q_w[n,k] q_x[k]) * s_w[n] * s_x for one token, the W8A8 math of kernels/w8a8.py
     (exact int32 products and sums, then the same fp32 scaling). Weights and activations are read as
     int32 words of 4 bytes (KW = K / 4 words); the 4 products of a word pair are one dp4a on the GPU
@@ -566,13 +684,29 @@ def _gemv_i8(xq_ptr, xs_ptr, w_ptr, ws_ptr, y_ptr, N, KW: tl.constexpr, BLOCK_N:
     X_FLOAT: xq_ptr holds the fp16/bf16 activations instead, and every program quantizes them itself
     (the row's absmax first: K values read from L2), so no quantizer launch precedes the GEMV.
     SILU (with X_FLOAT): xq_ptr holds [gate | up] and x = silu(gate) * up (the down projection: the
-    separate silu * up + quantize launch, 6.6 us per layer on the H100 at K = 14336, disappears)."""
+    separate silu * up + quantize launch, 6.6 us per layer on the H100 at K = 14336, disappears).
+
+    The weight tiles are double-buffered in registers: tile i + 1 is requested before tile i is summed,
+    and tile i + 2 right after, so loads stay in flight while the activation words of a tile go through
+    shared memory (a layout change with a barrier, which used to hold the next tile's loads back: one
+    tile in flight per program, and none during the barrier). The first two tiles are requested before
+    `gdc_wait` (PDL): weights are never written during a decode step, so with PDL they stream in while
+    the kernels before this one (norm, attention) still run."""
     pid = tl.program_id(0)
+    if PDL:
+        gdc_launch_dependents()
     offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_w = tl.arange(0, BLOCK_W)
     n_mask = offs_n < N
     rows = w_ptr + offs_n.to(tl.int64)[:, None] * KW
     byte = tl.arange(0, 4)
+    w = tl.load(rows + offs_w[None, :], mask=n_mask[:, None] & (offs_w < KW)[None, :], other=0,
+                eviction_policy="evict_first")
+    nxt = BLOCK_W + offs_w
+    w_next = tl.load(rows + nxt[None, :], mask=n_mask[:, None] & (nxt < KW)[None, :], other=0,
+                     eviction_policy="evict_first")
+    if PDL:
+        gdc_wait()
     if X_FLOAT:
         amax = tl.zeros([BLOCK_W, 4], tl.float32)
         for w0 in range(0, KW, BLOCK_W):
@@ -585,7 +719,6 @@ def _gemv_i8(xq_ptr, xs_ptr, w_ptr, ws_ptr, y_ptr, N, KW: tl.constexpr, BLOCK_N:
     for w0 in range(0, KW, BLOCK_W):
         ww = w0 + offs_w
         w_mask = ww < KW
-        w = tl.load(rows + ww[None, :], mask=n_mask[:, None] & w_mask[None, :], other=0, eviction_policy="evict_first")
         if X_FLOAT:
             xv = _x_float_words(xq_ptr, ww, byte, w_mask, KW * 4, SILU)
             q = tl.minimum(tl.maximum(_round_half_even(tl.math.div_rn(xv, sx)), -127.0), 127.0).to(tl.int32)
@@ -598,10 +731,28 @@ def _gemv_i8(xq_ptr, xs_ptr, w_ptr, ws_ptr, y_ptr, N, KW: tl.constexpr, BLOCK_N:
         else:
             for i in tl.static_range(4):
                 acc += _sbyte(w, i) * _sbyte(xb, i)
+        # Tile i is summed: its registers take tile i + 2, so tile i + 1 (requested one iteration ago)
+        # and tile i + 2 are in flight while tile i + 1 is summed.
+        w = w_next
+        nxt = ww + 2 * BLOCK_W
+        w_next = tl.load(rows + nxt[None, :], mask=n_mask[:, None] & (nxt < KW)[None, :], other=0,
+                         eviction_policy="evict_first")
     tot = tl.sum(acc, axis=1)
     sw = tl.load(ws_ptr + offs_n, mask=n_mask, other=0.0)
     y = tot.to(tl.float32) * sw * sx
     tl.store(y_ptr + offs_n, y.to(y_ptr.dtype.element_ty), mask=n_mask)
+
+
+@triton.jit
+def _gemv_i8(xq_ptr, xs_ptr, w_ptr, ws_ptr, y_ptr, N, KW: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr,
+             USE_ASM: tl.constexpr, X_FLOAT: tl.constexpr, SILU: tl.constexpr):
+    _gemv_i8_impl(xq_ptr, xs_ptr, w_ptr, ws_ptr, y_ptr, N, KW, BLOCK_N, BLOCK_W, USE_ASM, X_FLOAT, SILU, False)
+
+
+@triton.jit
+def _gemv_i8_pdl(xq_ptr, xs_ptr, w_ptr, ws_ptr, y_ptr, N, KW: tl.constexpr, BLOCK_N: tl.constexpr,
+                 BLOCK_W: tl.constexpr, USE_ASM: tl.constexpr, X_FLOAT: tl.constexpr, SILU: tl.constexpr):
+    _gemv_i8_impl(xq_ptr, xs_ptr, w_ptr, ws_ptr, y_ptr, N, KW, BLOCK_N, BLOCK_W, USE_ASM, X_FLOAT, SILU, True)
 
 
 GEMV_I8_CONFIGS = ((16, 256, 4), (32, 128, 4), (16, 512, 8))  # (BLOCK_N, BLOCK_W words, num_warps)
@@ -623,9 +774,10 @@ def gemv_i8(xq: torch.Tensor, xs: torch.Tensor | None, w: torch.Tensor, w_scale:
     kw = k // 4
     bw = min(bw, triton.next_power_of_2(kw))
     interp = os.environ.get("TRITON_INTERPRET", "0") == "1"  # the CPU interpreter runs no inline asm
-    _gemv_i8[(triton.cdiv(n, bn),)](xq if x_float else xq.view(torch.int32), w_scale if x_float else xs,
-                                    w.view(torch.int32), w_scale.reshape(-1), y, n, KW=kw, BLOCK_N=bn, BLOCK_W=bw,
-                                    USE_ASM=not interp, X_FLOAT=x_float, SILU=silu_mul, num_warps=warps)
+    kernel, opts = _pick(_gemv_i8, _gemv_i8_pdl, w.device)
+    kernel[(triton.cdiv(n, bn),)](xq if x_float else xq.view(torch.int32), w_scale if x_float else xs,
+                                  w.view(torch.int32), w_scale.reshape(-1), y, n, KW=kw, BLOCK_N=bn, BLOCK_W=bw,
+                                  USE_ASM=not interp, X_FLOAT=x_float, SILU=silu_mul, num_warps=warps, **opts)
     return y
 
 
