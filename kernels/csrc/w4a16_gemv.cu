@@ -297,38 +297,48 @@ __global__ void __launch_bounds__(THREADS, 512 / THREADS) w4a16_gemv_kernel(cons
   }
 
   // ---- scales (and zeros) of the chunk for the CTA's rows: (local group, row) in shared memory. They are
-  // weights: read before the dependency wait.
-  {
-    const int ng = nb * GPB, g0 = blk0 * GPB;
-    const int total = ng * ROWS;
-    constexpr int BATCH = 16;  // loads in flight per thread before any store (most chunks: one round trip)
-    for (int base = threadIdx.x; base < total; base += BATCH * THREADS) {
-      uint16_t sv[BATCH];
-      uint8_t zv[BATCH];
+  // weights: the first batch is loaded before the dependency wait and stored after the activations' loads are
+  // issued, so the two round trips overlap (most chunks fit in one batch).
+  // Loaded in row pairs (one 32-bit scale load, one 16-bit zero load; two 16-bit loads when N is odd), so a
+  // batch costs few registers.
+  const int sc_pairs = nb * GPB * ROWS / 2, g0 = blk0 * GPB;
+  const bool n_even = (a.N & 1) == 0;
+  constexpr int SBATCH = 8;  // row pairs per thread in flight
+  uint32_t sv[SBATCH], zv[SBATCH];
+  auto load_scales = [&](int base) {
 #pragma unroll
-      for (int r = 0; r < BATCH; ++r) {
-        const int e = base + r * THREADS;
-        sv[r] = 0;
-        zv[r] = 0;
-        if (e < total) {
-          const int gl = e / ROWS, row = n_base + e % ROWS;
-          const int gg = g0 + gl;
-          if (row < a.N && gg < a.G) {
-            sv[r] = __ldg(a.s + (size_t)gg * a.N + row);
-            if (ASYM) zv[r] = __ldg(a.z + (size_t)gg * a.N + row);
+    for (int r = 0; r < SBATCH; ++r) {
+      const int e = 2 * (base + r * THREADS);  // first of the pair; ROWS is even, so both share a group
+      sv[r] = 0u;
+      zv[r] = 0u;
+      if (e < 2 * sc_pairs) {
+        const int gl = e / ROWS, row = n_base + e % ROWS;
+        const int gg = g0 + gl;
+        if (gg < a.G && row < a.N) {
+          const size_t off = (size_t)gg * a.N + row;
+          if (n_even) {  // row even, N even: the pair is 4-byte aligned and both rows exist
+            sv[r] = __ldg(reinterpret_cast<const unsigned int*>(a.s + off));
+            if (ASYM) zv[r] = __ldg(reinterpret_cast<const unsigned short*>(a.z + off));
+          } else {
+            const bool second = row + 1 < a.N;
+            sv[r] = (uint32_t)__ldg(a.s + off) | (second ? (uint32_t)__ldg(a.s + off + 1) << 16 : 0u);
+            if (ASYM) zv[r] = (uint32_t)__ldg(a.z + off) | (second ? (uint32_t)__ldg(a.z + off + 1) << 8 : 0u);
           }
         }
       }
+    }
+  };
+  auto store_scales = [&](int base) {
 #pragma unroll
-      for (int r = 0; r < BATCH; ++r) {
-        const int e = base + r * THREADS;
-        if (e < total) {
-          sc[e] = sv[r];
-          if (ASYM) zc[e] = zv[r];
-        }
+    for (int r = 0; r < SBATCH; ++r) {
+      const int p2 = base + r * THREADS;
+      if (p2 < sc_pairs) {
+        reinterpret_cast<uint32_t*>(sc)[p2] = sv[r];
+        if (ASYM) reinterpret_cast<uint16_t*>(zc)[p2] = (uint16_t)zv[r];
       }
     }
-  }
+  };
+  load_scales(threadIdx.x);
 
   // Everything below reads what the previous kernel may have written (x) or shares it (ws, counters).
   grid_dep_wait();
@@ -382,6 +392,11 @@ __global__ void __launch_bounds__(THREADS, 512 / THREADS) w4a16_gemv_kernel(cons
       }
     }
     if (threadIdx.x == 0) xs[nb * 4 * lanes_m] = make_uint4(0u, 0u, 0u, 0u);  // the zero slot (below)
+  }
+  store_scales(threadIdx.x);
+  for (int base = threadIdx.x + SBATCH * THREADS; base < sc_pairs; base += SBATCH * THREADS) {
+    load_scales(base);
+    store_scales(base);
   }
   __syncthreads();
 
@@ -508,6 +523,7 @@ __global__ void __launch_bounds__(THREADS, 512 / THREADS) w4a16_gemv_kernel(cons
   for (int e = threadIdx.x; e < a.M * rows_here; e += THREADS) {
     const int m = e / rows_here, row = n_base + e % rows_here;
     float sum = 0.f;
+#pragma unroll 8
     for (int sp = 0; sp < a.S; ++sp) sum += __ldcg(a.ws + ((size_t)sp * a.M + m) * a.N + row);
     a.out[(size_t)m * a.N + row] = to_bits<T>(sum);
   }

@@ -55,7 +55,7 @@ STANDARD = ["8B q/o", "8B k/v", "8B gate/up", "8B down", "70B q/o", "70B k/v", "
 TOKENS = {"Llama-3-8B": (32, ["8B qkv", "8B q/o", "8B gate_up", "8B down"]),
           "Qwen3-8B": (36, ["8B qkv", "8B q/o", "Qwen3 gate_up", "Qwen3 down"])}
 MS = [1, 16]
-WAVES = [1.0, 2.0]
+WAVES = [0.5, 1.0, 2.0]
 MIN_CALLS = 120
 REPS = 15
 OLD_VARIANTS = {"w4s2": (4, 2, 0), "w8s2": (8, 2, 0)}
