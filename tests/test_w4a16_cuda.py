@@ -112,6 +112,21 @@ def test_programmatic_dependent_launch_back_to_back(m):
 
 
 @gpu
+def test_scales_and_zeros_at_odd_offsets():
+    """Scales / zeros that are contiguous views 2 / 1 bytes into their storage (the kernel loads row pairs with
+    one wide load only where the pointers allow it)."""
+    n, k = 256, 512
+    p = layer(n, k, 64, False, torch.float16, seed=7)
+    s = torch.empty(p["scales"].numel() + 1, dtype=torch.float16, device="cuda")[1:].view_as(p["scales"])
+    z = torch.empty(p["zeros"].numel() + 1, dtype=torch.uint8, device="cuda")[1:].view_as(p["zeros"])
+    s.copy_(p["scales"])
+    z.copy_(p["zeros"])
+    x = torch.randn(3, k, device="cuda").half()
+    out = w4a16_cuda.w4a16_gemv(x, p["qweight"], s, z, 64)
+    assert rel_err(out, w4a16_linear_ref(x, p["qweight"], p["scales"], p["zeros"], 64)) < TOL[torch.float16]
+
+
+@gpu
 def test_leading_dims_bias_and_empty():
     n, k = 96, 384
     p = layer(n, k, 128, True, torch.float16, seed=4)

@@ -299,10 +299,11 @@ __global__ void __launch_bounds__(THREADS, 512 / THREADS) w4a16_gemv_kernel(cons
   // ---- scales (and zeros) of the chunk for the CTA's rows: (local group, row) in shared memory. They are
   // weights: the first batch is loaded before the dependency wait and stored after the activations' loads are
   // issued, so the two round trips overlap (most chunks fit in one batch).
-  // Loaded in row pairs (one 32-bit scale load, one 16-bit zero load; two 16-bit loads when N is odd), so a
-  // batch costs few registers.
+  // Loaded in row pairs (one 32-bit scale load, one 16-bit zero load; two 16-bit loads when N is odd or a
+  // pointer is not aligned for that), so a batch costs few registers.
   const int sc_pairs = nb * GPB * ROWS / 2, g0 = blk0 * GPB;
-  const bool n_even = (a.N & 1) == 0;
+  const bool n_even = (a.N & 1) == 0 && (reinterpret_cast<uintptr_t>(a.s) & 3) == 0 &&
+                      (!ASYM || (reinterpret_cast<uintptr_t>(a.z) & 1) == 0);  // and the pointers allow it
   constexpr int SBATCH = 8;  // row pairs per thread in flight
   uint32_t sv[SBATCH], zv[SBATCH];
   auto load_scales = [&](int base) {
@@ -316,7 +317,7 @@ __global__ void __launch_bounds__(THREADS, 512 / THREADS) w4a16_gemv_kernel(cons
         const int gg = g0 + gl;
         if (gg < a.G && row < a.N) {
           const size_t off = (size_t)gg * a.N + row;
-          if (n_even) {  // row even, N even: the pair is 4-byte aligned and both rows exist
+          if (n_even) {  // row even, N even: the pair is aligned and both rows exist
             sv[r] = __ldg(reinterpret_cast<const unsigned int*>(a.s + off));
             if (ASYM) zv[r] = __ldg(reinterpret_cast<const unsigned short*>(a.z + off));
           } else {
