@@ -80,6 +80,24 @@ def test_int8_gemv_is_exact_over_tile_tails(x_float):
             assert torch.equal(y.cpu(), exact), (n, k, cfg)
 
 
+@needs_triton
+@pytest.mark.parametrize("silu_mul", [False, True])
+def test_fp16_gemv_over_tile_tails(silu_mul):
+    """The fp16 GEMV double-buffers its weight tiles like the int8 one: K cut into several partial tiles,
+    or one, still gives x @ W^T (x = silu(gate) * up, rounded to fp16, with silu_mul)."""
+    from compress.runtime.decode_kernels import gemv
+
+    g = torch.Generator().manual_seed(22)
+    for n, k in ((40, 200), (9, 24)):
+        w = (torch.randn(n, k, generator=g) * 0.1).half()
+        x = torch.randn(1, 2 * k if silu_mul else k, generator=g).half()
+        a = (torch.nn.functional.silu(x[:, :k].float()) * x[:, k:].float()).half() if silu_mul else x
+        ref = a.double() @ w.double().t()
+        for cfg in [(16, 16, 4), (8, 32, 4), (16, 64, 4)]:
+            y = gemv(x.to(DEV), w.to(DEV), cfg, silu_mul=silu_mul)
+            assert _rel(y.cpu(), ref) < 2e-3, (n, k, cfg)
+
+
 def test_pdl_is_off_without_a_hopper_gpu(monkeypatch):
     """Programmatic dependent launch is a Hopper feature and an A/B switch: never on a CPU (the
     interpreter runs no griddepcontrol), and off on any device with COMPRESS_DECODE_PDL=0."""

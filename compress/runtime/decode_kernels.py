@@ -317,27 +317,37 @@ def _gemv_impl(x_ptr, w_ptr, y_ptr, N, K: tl.constexpr, BLOCK_N: tl.constexpr, B
                SILU_MUL: tl.constexpr, PDL: tl.constexpr):
     """y = x @ W^T for one row x. SILU_MUL: x_ptr holds [gate | up] (2K values) and x = silu(gate) * up,
     computed in fp32 and rounded to the activation dtype (the rounding of the separate glue kernel),
-    so the MLP's elementwise step needs no launch of its own."""
+    so the MLP's elementwise step needs no launch of its own.
+    Weight tiles are double-buffered as in `_gemv_i8` (the first two requested before `gdc_wait`)."""
     pid = tl.program_id(0)
     if PDL:
         gdc_launch_dependents()
-        gdc_wait()
     offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
     n_mask = offs_n < N
     rows = w_ptr + offs_n.to(tl.int64)[:, None] * K
+    # Weights stream through once: evict them first, so x stays cached for the other programs.
+    w = tl.load(rows + offs_k[None, :], mask=n_mask[:, None] & (offs_k < K)[None, :], other=0.0,
+                eviction_policy="evict_first")
+    nxt = BLOCK_K + offs_k
+    w_next = tl.load(rows + nxt[None, :], mask=n_mask[:, None] & (nxt < K)[None, :], other=0.0,
+                     eviction_policy="evict_first")
+    if PDL:
+        gdc_wait()
     acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
     for k0 in range(0, K, BLOCK_K):
         kk = k0 + offs_k
         k_mask = kk < K
-        # Weights stream through once: evict them first, so x stays cached for the other programs.
-        w = tl.load(rows + kk[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0, eviction_policy="evict_first")
         xk = tl.load(x_ptr + kk, mask=k_mask, other=0.0)
         if SILU_MUL:
             g = xk.to(tl.float32)
             u = tl.load(x_ptr + K + kk, mask=k_mask, other=0.0).to(tl.float32)
             xk = (g / (1.0 + tl.exp(-g)) * u).to(w.dtype)
         acc += w.to(tl.float32) * xk.to(tl.float32)[None, :]
+        w = w_next
+        nxt = kk + 2 * BLOCK_K
+        w_next = tl.load(rows + nxt[None, :], mask=n_mask[:, None] & (nxt < K)[None, :], other=0.0,
+                         eviction_policy="evict_first")
     y = tl.sum(acc, axis=1)
     tl.store(y_ptr + offs_n, y.to(y_ptr.dtype.element_ty), mask=n_mask)
 

@@ -9,6 +9,7 @@ Usage (repository root, GPU): python3 bench/results/h100/e2e/session4_w8a8/gemv_
 2. The W8A8 layer's launch sequence without attention (norm+quant, qkv, o, norm+quant, gate_up,
    down with silu, norm+quant) over LAYERS distinct layers in one graph: us per layer, before vs now
    without PDL vs now with PDL, and now with PDL and the fastest tiling per shape from 1.
+3. The norm alone (64 launches per graph), and the fp16 GEMV (lm_head) before vs now.
 """
 
 from __future__ import annotations
@@ -124,6 +125,40 @@ def sweep(gen) -> dict:
         print(f"{name:8s} {'torch fp16 F.linear':28s} {us:8.2f} us  {2 * n * k / us / 1e3:6.0f} GB/s", flush=True)
         res[name] = row
         del ws, ss, whs
+        torch.cuda.empty_cache()
+    set_pdl(True)
+    return res
+
+
+def sweep_fp16(gen) -> dict:
+    """The fp16 GEMV (lm_head 128256 x 4096 of every format; all layers of fp16 models), before vs now."""
+    res = {}
+    shapes = {"lm_head": (128256, 4096), "down_fp16": (4096, 14336)}
+    if SMOKE:
+        shapes = {"lm_head": (40, 64), "down_fp16": (24, 96)}
+    for name, (n, k) in shapes.items():
+        copies = 2 if name == "lm_head" else COPIES
+        ws = [(torch.randn(n, k, device=DEV, generator=gen) * 0.02).to(DT) for _ in range(copies)]
+        x = torch.randn(1, k, device=DEV, generator=gen).to(DT)
+        row = {}
+        ref = None
+        for c in new.GEMV_CONFIGS:
+            for label, mod, pdl in (("before", old, False), ("now", new, False), ("now pdl", new, True)):
+                set_pdl(pdl)
+                lab = f"{label} {c[0]}x{c[1]}_w{c[2]}"
+                try:
+                    outs = [mod.gemv(x, w, c) for w in ws]
+                    ref = outs if ref is None else ref
+                    same = all(torch.equal(a, b) for a, b in zip(outs, ref))
+                    us = graph_us(lambda: [mod.gemv(x, w, c) for w in ws]) / copies
+                except Exception as e:
+                    row[lab] = {"error": f"{type(e).__name__}: {str(e)[:120]}"}
+                    print(f"{name:9s} {lab:24s} FAILED {row[lab]['error']}", flush=True)
+                    continue
+                row[lab] = {"us": round(us, 2), "gbs": round(2 * n * k / us / 1e3, 0), "equal_to_first": same}
+                print(f"{name:9s} {lab:24s} {us:8.2f} us  {2 * n * k / us / 1e3:6.0f} GB/s  equal={same}", flush=True)
+        res[name] = row
+        del ws
         torch.cuda.empty_cache()
     set_pdl(True)
     return res
@@ -248,12 +283,15 @@ def main() -> None:
     best = best_configs(doc["sweep"])
     doc["best"] = {k: "%dx%d_w%d" % v for k, v in best.items()}
     print("fastest tiling per shape (now, PDL):", doc["best"], flush=True)
+    path.write_text(json.dumps(doc, indent=1))
     doc["layer"] = layer_sequence(gen, {
         "before (session-3 tilings)": (old, BEFORE_CFG, False),
         "now, no PDL (same tilings)": (new, BEFORE_CFG, False),
         "now, PDL (same tilings)": (new, BEFORE_CFG, True),
         "now, PDL, fastest tilings": (new, best, True),
     })
+    path.write_text(json.dumps(doc, indent=1))
+    doc["fp16_gemv"] = sweep_fp16(gen)
     path.write_text(json.dumps(doc, indent=1))
 
 
