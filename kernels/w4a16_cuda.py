@@ -12,7 +12,7 @@ Covered: M = 1..16, group 64 / 128, symmetric and asymmetric, fp16 or bf16 activ
 same dtype (the runtime keeps them so), the checkpoint's packed tensors as they are. Anything else raises
 `CompressError` from `w4a16_gemv`; `supports` answers without raising (the runtime's path choice asks it).
 COMPRESS_W4A16_CUDA=0 turns the kernel off; COMPRESS_W4A16_VARIANT forces a build variant;
-COMPRESS_W4A16_PDL picks plain launches (0), programmatic dependent launch (1) or the same with the weights read
+COMPRESS_W4A16_CLUSTER=1 reduces split K inside thread-block clusters (see the .cu header); COMPRESS_W4A16_PDL picks plain launches (0), programmatic dependent launch (1) or the same with the weights read
 before the previous kernel is done (2: the weights must not be written by the kernel launched right before the
 GEMV; see the .cu header).
 
@@ -49,6 +49,8 @@ MIN_BLOCKS = 2
 STAGED_BYTES = 32 * 1024
 SMEM_BYTES = 200 * 1024
 PDL_DEFAULT = 0  # COMPRESS_W4A16_PDL when unset
+CLUSTER_DEFAULT = 0  # COMPRESS_W4A16_CLUSTER when unset
+MAX_CLUSTER = 8  # the .cu's portable cluster size: more K chunks reduce through the workspace
 _RC = {-1: "M outside 1..16", -2: "group_size not 64/128", -3: "bad split-K plan",
        -4: "shared memory over the device's per-block limit"}
 
@@ -70,6 +72,14 @@ def pdl_mode() -> int:
     if v not in ("0", "1", "2"):
         raise CompressError(f"COMPRESS_W4A16_PDL={v!r} is not 0, 1 or 2; unset it or pick one")
     return int(v)
+
+
+def cluster_mode() -> bool:
+    """COMPRESS_W4A16_CLUSTER=1: split-K CTAs of a row group reduce inside a thread-block cluster (<= 8 chunks)."""
+    v = os.environ.get("COMPRESS_W4A16_CLUSTER", str(CLUSTER_DEFAULT))
+    if v not in ("0", "1"):
+        raise CompressError(f"COMPRESS_W4A16_CLUSTER={v!r} is not 0 or 1; unset it or pick one")
+    return v == "1"
 
 
 def default_config(m: int) -> tuple[str, float]:
@@ -134,21 +144,23 @@ def smem_bytes(per: int, m: int, name: str, group_size: int = 128, asym: bool = 
 
 
 def plan(n: int, k: int, m: int, sms: int, name: str, waves: float = 1.0, ctas_per_sm: int = 4,
-         min_blocks: int | None = None, group_size: int = 128, asym: bool = True) -> tuple[int, int]:
+         min_blocks: int | None = None, group_size: int = 128, asym: bool = True,
+         max_split: int | None = None) -> tuple[int, int]:
     """(per, split): 128-k blocks per CTA and number of K chunks.
 
     Why split K: at decode sizes one CTA per 16*warps rows leaves SMs idle (N=4096 with 4 warps: 64 CTAs for
     132 SMs), and every SM must keep copies in flight to reach the copy bandwidth. The split aims at `waves` x
     the CTAs resident at once (sms x ctas_per_sm, from the occupancy calculator): waves <= 1 keeps every CTA
     resident from the start (no tail wave). Each extra chunk costs one fp32 partial per output (written and
-    read back once), small next to the weights.
+    read back once), small next to the weights. max_split caps the chunks (a cluster reduction holds <= 8);
+    shared memory can still force more.
     """
     min_blocks = MIN_BLOCKS if min_blocks is None else min_blocks
     warps = VARIANTS[name][0]
     kblocks = padded_k(k) // BLOCK_K
     groups = -(-n // (16 * warps))
     want = max(1, int(sms * max(1, ctas_per_sm) * waves))
-    split = max(1, min(kblocks, want // groups))
+    split = max(1, min(kblocks, want // groups, max_split or kblocks))
     per = -(-kblocks // split)
     per = max(per, min(min_blocks, kblocks))
     per = max(1, min(per, STAGED_BYTES // (256 * m)))
@@ -219,24 +231,25 @@ _plans: dict[tuple, tuple[int, int]] = {}
 
 
 def plan_for(device: torch.device, lib: ctypes.CDLL, name: str, n: int, k: int, m: int, group_size: int, asym: bool,
-             bf16: bool, waves: float, min_blocks: int | None = None) -> tuple[int, int]:
+             bf16: bool, waves: float, min_blocks: int | None = None, cluster: bool = False) -> tuple[int, int]:
     """`plan` with the CTAs resident per SM asked of the build's occupancy calculator (cached per call shape)."""
-    key = (device, name, n, k, m, group_size, asym, bf16, waves, min_blocks)
+    key = (device, name, n, k, m, group_size, asym, bf16, waves, min_blocks, cluster)
+    cap = MAX_CLUSTER if cluster else None
     got = _plans.get(key)
     if got is None:
         sms = torch.cuda.get_device_properties(device).multi_processor_count
         occ = lambda per: lib.w4a16_gemv_ctas_per_sm(per, m, group_size, int(asym), int(bf16))  # noqa: E731
         # The occupancy depends on the chunk (its staged activations and scales), the chunk on the occupancy:
         # plan at a guess, then once more at the chunk that gave.
-        per, _ = plan(n, k, m, sms, name, waves, max(1, occ(8)), min_blocks, group_size, asym)
-        got = plan(n, k, m, sms, name, waves, max(1, occ(per)), min_blocks, group_size, asym)
+        per, _ = plan(n, k, m, sms, name, waves, max(1, occ(8)), min_blocks, group_size, asym, cap)
+        got = plan(n, k, m, sms, name, waves, max(1, occ(per)), min_blocks, group_size, asym, cap)
         _plans[key] = got
     return got
 
 
 def _launch(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None, group_size: int,
             name: str | None = None, waves: float | None = None, min_blocks: int | None = None,
-            pdl: int | None = None) -> torch.Tensor:
+            pdl: int | None = None, cluster: bool | None = None) -> torch.Tensor:
     n, k = _check(x, qweight, scales, zeros, group_size)
     lead = x.shape[:-1]
     x2 = x.reshape(-1, k).contiguous()  # (M, K)
@@ -247,11 +260,12 @@ def _launch(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros:
     dname, dwaves = default_config(m)
     name, waves = name or dname, dwaves if waves is None else waves
     pdl = pdl_mode() if pdl is None else int(pdl)
-    flags = {0: 0, 1: 1, 2: 3}[pdl]
+    cluster = cluster_mode() if cluster is None else bool(cluster)
+    flags = {0: 0, 1: 1, 2: 3}[pdl] | (4 if cluster else 0)
     lib = build(x.device, name)
     warps = VARIANTS[name][0]
     per, split = plan_for(x.device, lib, name, n, k, m, group_size, zeros is not None, x.dtype == torch.bfloat16, waves,
-                          min_blocks)
+                          min_blocks, cluster)
     ws, cnt = _workspace.get(x.device, split * m * n if split > 1 else 0, -(-n // (16 * warps)))
     rc = lib.w4a16_gemv(
         x2.data_ptr(), int(x.dtype == torch.bfloat16), qweight.data_ptr(), scales.data_ptr(),

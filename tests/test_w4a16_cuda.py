@@ -127,6 +127,30 @@ def test_scales_and_zeros_at_odd_offsets():
 
 
 @gpu
+@pytest.mark.parametrize("m", [1, 5, 16])
+@pytest.mark.parametrize("n,k,gs,sym", [(4096, 4096, 128, True), (257, 2112, 64, False), (6144, 4096, 128, False)])
+def test_cluster_reduction_gives_the_workspace_bytes(m, n, k, gs, sym):
+    """The split-K sums through cluster shared memory are the workspace path's sums in the same order."""
+    p = layer(n, k, gs, sym, torch.float16, seed=n + m)
+    x = torch.randn(m, k, device="cuda").half()
+    for waves in (1.0, 2.0):
+        got = w4a16_cuda._launch(x, p["qweight"], p["scales"], p["zeros"], gs, waves=waves, cluster=True)
+        per, split = w4a16_cuda.plan_for(x.device, w4a16_cuda.build(x.device), w4a16_cuda.DEFAULT_VARIANT, n, k, m, gs,
+                                         not sym, False, waves, None, True)
+        want = w4a16_cuda._launch(x, p["qweight"], p["scales"], p["zeros"], gs, waves=waves, cluster=False,
+                                  min_blocks=per)  # the same chunks, through the workspace
+        assert per * split >= padded_k(k) // 128
+        assert torch.equal(got, want) or split > w4a16_cuda.MAX_CLUSTER
+        assert rel_err(got, w4a16_linear_ref(x, p["qweight"], p["scales"], p["zeros"], gs)) < TOL[torch.float16]
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = w4a16_cuda._launch(x, p["qweight"], p["scales"], p["zeros"], gs, cluster=True, pdl=2)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, w4a16_cuda._launch(x, p["qweight"], p["scales"], p["zeros"], gs, cluster=True))
+
+
+@gpu
 def test_leading_dims_bias_and_empty():
     n, k = 96, 384
     p = layer(n, k, 128, True, torch.float16, seed=4)
@@ -210,6 +234,9 @@ def test_supports_is_false_on_cpu_and_with_the_kill_switch(monkeypatch):
     monkeypatch.setenv("COMPRESS_W4A16_PDL", "yes")
     with pytest.raises(CompressError, match=r"COMPRESS_W4A16_PDL='yes' is not 0, 1 or 2"):
         w4a16_cuda.pdl_mode()
+    monkeypatch.setenv("COMPRESS_W4A16_CLUSTER", "2")
+    with pytest.raises(CompressError, match=r"COMPRESS_W4A16_CLUSTER='2' is not 0 or 1"):
+        w4a16_cuda.cluster_mode()
     monkeypatch.setenv("COMPRESS_W4A16_VARIANT", "w9")
     with pytest.raises(CompressError, match=r"COMPRESS_W4A16_VARIANT='w9' is not one of"):
         w4a16_cuda.default_config(1)

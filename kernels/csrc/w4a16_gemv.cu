@@ -39,9 +39,10 @@
 // The CTA's scales (and zeros) for its whole K chunk are staged in shared memory once, with the activations.
 //
 // Work: CTA = WARPS warps = 16 * WARPS output rows x a K chunk of `per` blocks (grid.y = S chunks). S > 1:
-// each CTA writes fp32 partials to a workspace; the last CTA of a row group to arrive (counter) sums the S
-// partials in split order (deterministic) and writes y, then resets the counter to 0 for the next call
-// (CUDA-graph safe).
+// either (flag bit 2, S <= 8) the S CTAs of a row group run as one thread-block cluster and sum their fp32
+// partials through distributed shared memory in split order, or each CTA writes fp32 partials to a workspace
+// and the last CTA of a row group to arrive (counter) sums the S partials in split order and writes y, then
+// resets the counter to 0 for the next call (CUDA-graph safe). Both orders are the same: the same bytes.
 //
 // Programmatic dependent launch (flag bit 0, sm_90): the kernel may be scheduled while the previous kernel in
 // the stream drains, and waits (`griddepcontrol.wait`) before its first global read, so its launch and setup
@@ -50,6 +51,7 @@
 // then the weights, scales and zeros must not be written by the kernel launched right before this one (true of
 // a model's weights, written once at load). It triggers its dependents once its main loop is done, so the next
 // GEMV's setup (and early weight copies) overlap this one's split-K reduction.
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -75,6 +77,7 @@ constexpr int ROWS = WARPS * 16;  // output rows per CTA
 constexpr int SB = W4_SB;         // 128-k blocks per ring slot
 constexpr int STAGES = W4_STAGES; // ring slots per warp
 constexpr int MAX_M = 16;         // two mma n-tiles of 8 tokens
+constexpr int MAX_CLUSTER = 8;    // portable thread-block cluster size
 constexpr int SLOT = 16 * SB * 64;          // bytes per warp per slot (16 rows x SB blocks x 64 bytes)
 constexpr int CPL = 16 * SB * 4 / 32;       // 16-byte copies per lane per slot
 static_assert(SB >= 1 && STAGES >= 2 && (SB == 1 || SB % 2 == 0), "SB must be 1 or even (the bank swizzle)");
@@ -224,6 +227,7 @@ struct Args {
   int* counters;       // one per row group, zero on entry and on return
   int M, N, K, ldx, KW, G, kblocks, per, S;
   int early;           // programmatic dependent launch: weights and scales are read before the wait
+  int cluster;         // S > 1: the S CTAs of a row group form a cluster and reduce through shared memory
 };
 
 // Shared memory of a CTA, in this order (every part a multiple of 16 bytes):
@@ -505,6 +509,42 @@ __global__ void __launch_bounds__(THREADS, 512 / THREADS) w4a16_gemv_kernel(cons
     return;
   }
 
+  if (a.cluster) {
+    // Each warp leaves its 16 rows x M tokens of fp32 partials in its own (now idle) ring, the cluster syncs,
+    // and CTA rank r sums outputs r, r + S, ... over the S CTAs' shared memory in split order (the same sums
+    // in the same order as the workspace path below, so the same bytes), then syncs again so that no CTA
+    // leaves while another still reads its shared memory.
+    namespace cg = cooperative_groups;
+    float* red = reinterpret_cast<float*>(ring + warp * STAGES * SLOT);
+    __syncwarp();  // every lane is done with the ring's last slot
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      const int tok0 = 8 * mt + 2 * t, tok1 = tok0 + 1;
+      if (tok0 < a.M) {
+        red[tok0 * 16 + g] = acc[mt][0];
+        red[tok0 * 16 + g + 8] = acc[mt][2];
+      }
+      if (tok1 < a.M) {
+        red[tok1 * 16 + g] = acc[mt][1];
+        red[tok1 * 16 + g + 8] = acc[mt][3];
+      }
+    }
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();
+    const int rank = (int)cluster.block_rank();
+    const int rows_here = min(ROWS, a.N - n_base);
+    for (int e = rank * THREADS + threadIdx.x; e < a.M * rows_here; e += a.S * THREADS) {
+      const int m = e / rows_here, rl = e % rows_here;
+      float* mine = reinterpret_cast<float*>(ring + (rl >> 4) * STAGES * SLOT) + m * 16 + (rl & 15);
+      float sum = 0.f;
+#pragma unroll 8
+      for (int sp = 0; sp < a.S; ++sp) sum += *cluster.map_shared_rank(mine, sp);
+      a.out[(size_t)m * a.N + n_base + rl] = to_bits<T>(sum);
+    }
+    cluster.sync();
+    return;
+  }
+
   float* part = a.ws + (size_t)split * a.M * a.N;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
@@ -561,11 +601,22 @@ int launch(const Args& a, bool pdl, cudaStream_t stream) {
   cfg.blockDim = dim3(THREADS);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attr[2];
+  int na = 0;
+  if (pdl) {
+    attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[na].val.programmaticStreamSerializationAllowed = 1;
+    ++na;
+  }
+  if (a.cluster) {
+    attr[na].id = cudaLaunchAttributeClusterDimension;
+    attr[na].val.clusterDim.x = 1;
+    attr[na].val.clusterDim.y = a.S;
+    attr[na].val.clusterDim.z = 1;
+    ++na;
+  }
   cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
+  cfg.numAttrs = na;
   const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, a);
   return e != cudaSuccess ? (int)e : (int)cudaGetLastError();
 }
@@ -615,14 +666,15 @@ int w4a16_gemv_ctas_per_sm(int per, int M, int group, int asym, int bf16) {
 // x (M, K) row stride ldx; q (N, Kp/8) int32; s (G, N); z (G, N) uint8 or null; out (M, N) contiguous;
 // ws >= S * M * N floats and counters >= ceil(N / rows_per_cta) zero ints when S > 1.
 // flags: bit 0 = programmatic dependent launch; bit 1 (with bit 0) = read the weights and scales before waiting
-// for the previous kernel (see the header for what that asks of the caller).
+// for the previous kernel (see the header for what that asks of the caller); bit 2 = split-K reduction inside
+// a thread-block cluster when 1 < S <= 8 (ws and counters unused then).
 int w4a16_gemv(const void* x, int x_is_bf16, const void* q, const void* s, const void* z, void* out, float* ws,
                int* counters, int M, int N, int K, int ldx, int group, int per, int S, int flags, void* stream_) {
   if (M < 1 || M > MAX_M) return -1;
   if (group != 64 && group != 128) return -2;
   const int kblocks = (K + 127) / 128;
   if (per < 1 || S < 1 || (long)per * S < kblocks || (long)per * (S - 1) >= kblocks) return -3;
-  if (S > 1 && (ws == nullptr || counters == nullptr)) return -3;
+  if (S > 1 && (ws == nullptr || counters == nullptr) && !((flags & 4) && S <= MAX_CLUSTER)) return -3;
   Args a;
   a.x = static_cast<const uint16_t*>(x);
   a.q = static_cast<const uint4*>(q);
@@ -644,6 +696,7 @@ int w4a16_gemv(const void* x, int x_is_bf16, const void* q, const void* s, const
   const int asym = z != nullptr, g64 = group == 64;
   const bool pdl = (flags & 1) != 0;
   a.early = pdl && (flags & 2) != 0;
+  a.cluster = (flags & 4) != 0 && S > 1 && S <= MAX_CLUSTER;
   if (x_is_bf16) {
     return M > 8 ? by_variant<__nv_bfloat16, 2>(a, asym, g64, pdl, stream) : by_variant<__nv_bfloat16, 1>(a, asym, g64, pdl, stream);
   }

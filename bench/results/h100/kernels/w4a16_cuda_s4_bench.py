@@ -14,8 +14,9 @@ The same method times:
 - "old": session 3's GEMV (w4a16_cuda_s4_old.cu = kernels/csrc/w4a16_gemv.cu at 2026-11-22 06:00, M <= 8,
   its own defaults: w4s2 waves 1 at M <= 2, w8s2 waves 2 at M <= 8), and the Triton launcher at M = 16 (what
   the runtime used there);
-- "new": the current kernels/csrc/w4a16_gemv.cu, every build variant x waves, with and without programmatic
-  dependent launch ("pdl" 1: waits first; 2: weights read before the wait).
+- "new": the current kernels/csrc/w4a16_gemv.cu, every build variant x waves with plain launches, then the best
+  of those in "modes": 1 programmatic dependent launch (waits first), 2 the same with the weights read before the
+  wait, 4 split-K reduction inside a thread-block cluster, 6 = 4 + 2.
 "token" rows: one graph = a whole decode step's GEMVs: Llama-3-8B 32 layers x (qkv 4096->6144, o 4096->4096,
 gate_up 4096->28672, down 14336->4096) and Qwen3-8B 36 layers x (qkv 4096->6144, o, gate_up 4096->24576,
 down 12288->4096), every layer its own weights (3.6 / 3.4 GB of int4 + scales), 1 token; compared with
@@ -56,6 +57,7 @@ TOKENS = {"Llama-3-8B": (32, ["8B qkv", "8B q/o", "8B gate_up", "8B down"]),
           "Qwen3-8B": (36, ["8B qkv", "8B q/o", "Qwen3 gate_up", "Qwen3 down"])}
 MS = [1, 16]
 WAVES = [0.5, 1.0, 2.0]
+MODES = (1, 2, 4, 6)  # launch modes tried on the best plain config: pdl, pdl early, cluster, cluster + pdl early
 MIN_CALLS = 120
 REPS = 15
 OLD_VARIANTS = {"w4s2": (4, 2, 0), "w8s2": (8, 2, 0)}
@@ -190,9 +192,11 @@ def read_call(buf: torch.Tensor, blocks: int) -> None:
     assert rc == 0, rc
 
 
-def new_call(cfg: tuple[str, float, bool]):
-    name, waves, pdl = cfg
-    return lambda x, p: w4a16_cuda._launch(x, p["qweight"], p["scales"], None, 128, name=name, waves=waves, pdl=pdl)
+def new_call(cfg: tuple[str, float, int]):
+    """cfg = (variant, waves, mode): mode 0 plain, 1 pdl, 2 pdl early, + 4 cluster reduction."""
+    name, waves, mode = cfg
+    return lambda x, p: w4a16_cuda._launch(x, p["qweight"], p["scales"], None, 128, name=name, waves=waves,
+                                           pdl=mode & 3, cluster=bool(mode & 4))
 
 
 def rel_err(a, b) -> float:
@@ -320,12 +324,12 @@ def section_new(out: Path) -> None:
             for cfg in configs:
                 res[key(cfg)] = time_impl(new_call(cfg), name, m, cps)
             best = min(plain(res), key=lambda c: res[c]["us"])
-            for pdl in (1, 2):
-                res[key(unkey(best)[:2] + (pdl,))] = time_impl(new_call(unkey(best)[:2] + (pdl,)), name, m, cps)
+            for mode in MODES:
+                res[key(unkey(best)[:2] + (mode,))] = time_impl(new_call(unkey(best)[:2] + (mode,)), name, m, cps)
             data["sweep"][f"{name}|{m}"] = res
-            log(f"[new] {name} M={m}: best {best} {res[best]['us']:.2f} us ({res[best]['gbs']:.0f} GB/s), pdl 1/2 "
-                f"{res[key(unkey(best)[:2] + (1,))]['us']:.2f} / {res[key(unkey(best)[:2] + (2,))]['us']:.2f} us "
-                f"[{time.time() - t0:.0f} s]")
+            log(f"[new] {name} M={m}: best {best} {res[best]['us']:.2f} us ({res[best]['gbs']:.0f} GB/s), modes "
+                + " / ".join(f"{md}: {res[key(unkey(best)[:2] + (md,))]['us']:.2f}" for md in MODES)
+                + f" us [{time.time() - t0:.0f} s]")
         del cps
         save(out, "new", data)
     # Fixed config per M: best geometric mean over all shapes.
@@ -341,11 +345,11 @@ def section_new(out: Path) -> None:
         picks = {nm: min(plain(data["sweep"][f"{nm}|1"]), key=lambda c, nm=nm: data["sweep"][f"{nm}|1"][c]["us"])
                  for nm in TOKENS[model][1]}
         tagged = {nm: [dict(q, name=nm) for q in layers[nm]] for nm in layers}
-        for pdl in (0, 1, 2):
-            cfg = best1[:2] + (pdl,)
+        for mode in (0,) + MODES:
+            cfg = best1[:2] + (mode,)
             rows[f"fixed {key(cfg)}"] = token(model, new_call(cfg), layers)
-            fns = {nm: new_call(unkey(picks[nm])[:2] + (pdl,)) for nm in picks}
-            rows[f"per-shape best, pdl {pdl}"] = token(model, lambda x, p: fns[p["name"]](x, p), tagged)
+            fns = {nm: new_call(unkey(picks[nm])[:2] + (mode,)) for nm in picks}
+            rows[f"per-shape best, mode {mode}"] = token(model, lambda x, p: fns[p["name"]](x, p), tagged)
         rows["picks"] = picks
         data["tokens"][model] = rows
         del layers, tagged
@@ -383,17 +387,17 @@ def report(out: Path) -> None:
         lines += ["", f"Session-3 e2e profile: {E2E_GEMV_MS} ms of GEMV per Llama-3-8B token.", ""]
         for m in MS:
             b = new["best"].get(str(m), {}).get("config", key((w4a16_cuda.DEFAULT_VARIANT, 1.0, 0)))
-            lines += [f"## Per shape, M = {m} (new = fixed config {b.replace('|', ' ')}: variant, waves, pdl; best "
+            lines += [f"## Per shape, M = {m} (new = fixed config {b.replace('|', ' ')}: variant, waves, mode; best "
                       "geo-mean over the shapes)", "",
                       "| layer | N | K | MB | read us | read GB/s | old us | old GB/s | new us | new GB/s | new % read | "
-                      "best us (config) | best, pdl 1 / 2 us | fp16 us | new vs fp16 | old vs fp16 | rel err |",
+                      "best us (config) | best in modes 1 / 2 / 4 / 6 us | fp16 us | new vs fp16 | old vs fp16 | rel err |",
                       "|" + "---|" * 17]
             done = [n for n in SHAPES if n in old["shapes"] and f"{n}|{m}" in new["sweep"]]
             for name in done:
                 o, s = old["shapes"][name], new["sweep"][f"{name}|{m}"]
                 nw = s[b]
                 best = min(plain(s), key=lambda c: s[c]["us"])
-                bp = [key(unkey(best)[:2] + (p,)) for p in (1, 2)]
+                bp = [key(unkey(best)[:2] + (p,)) for p in MODES]
                 prev = o.get(f"old_m{m}") or o.get(f"triton_m{m}")
                 f16 = o[f"fp16_m{m}"]["us"]
                 lines.append("| " + " | ".join([
