@@ -37,9 +37,10 @@ from kernels import cuda_build
 SRC = Path(__file__).resolve().parent / "csrc" / "w4a16_gemv.cu"
 MAX_M = 16  # two mma n-tiles of 8 tokens
 # Build variants: name -> (warps per CTA, 128-k blocks per ring slot, ring slots per warp). A CTA owns 16 rows per
-# warp; a warp's ring holds slots x blocks x 1 KB of weights, slots - 1 of them in flight.
+# warp; a warp's ring holds slots x blocks x 1 KB of weights, slots - 1 of them in flight. A CTA stages the
+# activations of its K chunk: 4M/rows bytes of them per weight byte, so larger M wants more rows (warps) per CTA.
 VARIANTS = {"w4b2s4": (4, 2, 4), "w4b4s3": (4, 4, 3), "w4b8s2": (4, 8, 2), "w4b1s8": (4, 1, 8), "w8b2s3": (8, 2, 3),
-            "w2b2s6": (2, 2, 6)}
+            "w2b2s6": (2, 2, 6), "w16b2s2": (16, 2, 2)}
 # (variant, waves) per M bucket (M <= 8, <= 16); waves = CTAs launched / CTAs resident at once (see `plan`).
 DEFAULTS = {8: ("w4b2s4", 1.0), 16: ("w4b2s4", 1.0)}
 DEFAULT_VARIANT = "w4b2s4"  # the one the tests build first
