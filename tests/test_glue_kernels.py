@@ -98,6 +98,42 @@ def test_fp16_gemv_over_tile_tails(silu_mul):
             assert _rel(y.cpu(), ref) < 2e-3, (n, k, cfg)
 
 
+try:  # a test-only kernel around the runtime's quantization helper (module level: Triton resolves globals)
+    import triton
+    import triton.language as tl
+
+    from compress.runtime import decode_kernels as _dk
+
+    @triton.jit
+    def _codes_probe(v_ptr, d_ptr, q_ptr, s_ptr, N: tl.constexpr, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < N
+        v = tl.load(v_ptr + offs, mask=m, other=0.0)
+        inv_s = 1.0 / tl.load(s_ptr).to(tl.float64)
+        tl.store(d_ptr + offs, _dk._quotient(v, inv_s), mask=m)
+        tl.store(q_ptr + offs, _dk._int8_codes(v, inv_s), mask=m)
+except ImportError:  # no triton: the tests that need it skip
+    _codes_probe = None
+
+
+@needs_triton
+def test_int8_codes_equal_the_fp32_division_for_every_fp16_value():
+    """The kernels quantize with v * (1 / s) in fp64 instead of an fp32 division per element: for every
+    finite fp16 value and scales s = max|x| / 127 of many magnitudes, the quotient is the fp32 division's
+    and the codes are the reference's clamp(round(v / s)) (ties to even), bit for bit."""
+    v16 = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(torch.float16)
+    v = v16[torch.isfinite(v16)].float()
+    g = torch.Generator().manual_seed(23)
+    amax = v.abs()[torch.randint(0, v.numel(), (12,), generator=g)].clamp_min(1e-8)
+    scales = torch.cat([amax / 127, torch.tensor([1e-8 / 127, 1.0 / 127, 3.0, 1e-3 / 127])]).float()
+    for s in scales.tolist():
+        s32 = torch.tensor([s], dtype=torch.float32)
+        d, q = torch.empty_like(v).to(DEV), torch.empty_like(v).to(DEV)
+        _codes_probe[(-(-v.numel() // 65536),)](v.to(DEV), d, q, s32.to(DEV), N=v.numel(), BLOCK=65536)
+        assert torch.equal(d.cpu(), v / s32), s
+        assert torch.equal(q.cpu(), torch.round(v / s32).clamp(-127, 127)), s
+
+
 def test_pdl_is_off_without_a_hopper_gpu(monkeypatch):
     """Programmatic dependent launch is a Hopper feature and an A/B switch: never on a CPU (the
     interpreter runs no griddepcontrol), and off on any device with COMPRESS_DECODE_PDL=0."""

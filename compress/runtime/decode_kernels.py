@@ -558,13 +558,32 @@ def _round_half_even(v):
 
 
 @triton.jit
+def _quotient(v, inv_s):
+    """fp32 v / s, bit for bit the IEEE fp32 division, from inv_s = 1 / s computed once in fp64
+    (`1.0 / s.to(tl.float64)`): no division per element (each is a branchy instruction sequence; 16 of
+    them in a row were on the quantizing norm's critical path).
+
+    Why it is exact: v / s is never an fp32 rounding midpoint and lies at least 2^-49 (relative) from
+    every midpoint (v has 24 significant bits, s * midpoint at least 25 with an odd last one, so their
+    difference is a nonzero multiple of 2^-48 relative), while v * inv_s in fp64 is within 2^-52 of v / s:
+    rounding it to fp32 gives the correctly rounded quotient. (Checked: every finite fp16 v against
+    3001 scales, 190 M quotients, no difference; tests/test_glue_kernels.py checks it in the kernel.)"""
+    return (v.to(tl.float64) * inv_s).to(tl.float32)
+
+
+@triton.jit
+def _int8_codes(v, inv_s):
+    """clamp(rint(v / s), -127, 127), ties to even, with `_quotient`'s exact v / s."""
+    return tl.minimum(tl.maximum(_round_half_even(_quotient(v, inv_s)), -127.0), 127.0)
+
+
+@triton.jit
 def _quant_row(v, offs, mask, q_ptr, s_ptr, row_q, row_s):
     """Dynamic per-token int8 of one row v (fp32 values of the activation dtype), exactly
     kernels.w8a8.quantize_per_token: s = max(max|v|, 1e-8) / 127, q = clamp(rint(v / s), -127, 127)."""
     amax = tl.max(tl.where(mask, tl.abs(v), 0.0), axis=0)
     sc = tl.math.div_rn(tl.maximum(amax, 1e-8), 127.0)
-    q = _round_half_even(tl.math.div_rn(v, sc))
-    q = tl.minimum(tl.maximum(q, -127.0), 127.0).to(tl.int8)
+    q = _int8_codes(v, 1.0 / sc.to(tl.float64)).to(tl.int8)
     tl.store(q_ptr + row_q + offs, q, mask=mask)
     tl.store(s_ptr + row_s, sc)
 
@@ -723,6 +742,7 @@ def _gemv_i8_impl(xq_ptr, xs_ptr, w_ptr, ws_ptr, y_ptr, N, KW: tl.constexpr, BLO
             ww = w0 + offs_w
             amax = tl.maximum(amax, tl.abs(_x_float_words(xq_ptr, ww, byte, ww < KW, KW * 4, SILU)))
         sx = tl.math.div_rn(tl.maximum(tl.max(tl.max(amax, axis=1), axis=0), 1e-8), 127.0)
+        inv_sx = 1.0 / sx.to(tl.float64)
     else:
         sx = tl.load(xs_ptr)
     acc = tl.zeros([BLOCK_N, BLOCK_W], tl.int32)
@@ -731,7 +751,7 @@ def _gemv_i8_impl(xq_ptr, xs_ptr, w_ptr, ws_ptr, y_ptr, N, KW: tl.constexpr, BLO
         w_mask = ww < KW
         if X_FLOAT:
             xv = _x_float_words(xq_ptr, ww, byte, w_mask, KW * 4, SILU)
-            q = tl.minimum(tl.maximum(_round_half_even(tl.math.div_rn(xv, sx)), -127.0), 127.0).to(tl.int32)
+            q = _int8_codes(xv, inv_sx).to(tl.int32)
             x = tl.sum((q & 0xFF) << (byte * 8)[None, :], axis=1)  # 4 int8 -> one int32 word (disjoint bits)
         else:
             x = tl.load(xq_ptr + ww, mask=w_mask, other=0)
