@@ -221,6 +221,16 @@ def time_impl(fn, name: str, m: int, layer_copies: list[dict]) -> dict:
     return {"us": us, "gbs": int4_bytes(name) / (us * 1e-6) / 1e9, "rel_err": err}
 
 
+def time_safe(fn, name: str, m: int, layer_copies: list[dict]) -> dict:
+    """time_impl, or an infinite time with the error (a launch refused for this config) so the sweep goes on."""
+    try:
+        return time_impl(fn, name, m, layer_copies)
+    except Exception as e:  # noqa: BLE001 - recorded in the JSON and logged
+        log(f"[new] {name} M={m}: {type(e).__name__}: {str(e)[:200]}")
+        torch.cuda.synchronize()
+        return {"us": float("inf"), "gbs": 0.0, "rel_err": float("nan"), "error": str(e)[:300]}
+
+
 def time_read(name: str, cps: list[dict]) -> dict:
     nbytes = int4_bytes(name)
     bufs = [torch.randint(0, 255, (nbytes,), dtype=torch.uint8, device="cuda") for _ in range(len(cps))]
@@ -322,10 +332,10 @@ def section_new(out: Path) -> None:
         for m in MS:
             res = {}
             for cfg in configs:
-                res[key(cfg)] = time_impl(new_call(cfg), name, m, cps)
+                res[key(cfg)] = time_safe(new_call(cfg), name, m, cps)
             best = min(plain(res), key=lambda c: res[c]["us"])
             for mode in MODES:
-                res[key(unkey(best)[:2] + (mode,))] = time_impl(new_call(unkey(best)[:2] + (mode,)), name, m, cps)
+                res[key(unkey(best)[:2] + (mode,))] = time_safe(new_call(unkey(best)[:2] + (mode,)), name, m, cps)
             data["sweep"][f"{name}|{m}"] = res
             log(f"[new] {name} M={m}: best {best} {res[best]['us']:.2f} us ({res[best]['gbs']:.0f} GB/s), modes "
                 + " / ".join(f"{md}: {res[key(unkey(best)[:2] + (md,))]['us']:.2f}" for md in MODES)

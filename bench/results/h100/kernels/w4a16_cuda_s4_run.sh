@@ -12,7 +12,7 @@ mkdir -p "$OUT"
 LOG="$OUT/w4a16_cuda_s4_run.log"
 B=bench/results/h100/kernels/w4a16_cuda_s4_bench.py
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv 2>&1 | tee -a "$LOG"
-git log --oneline -1 2>&1 | tee -a "$LOG"
+echo "commit ${COMMIT:-unknown}" | tee -a "$LOG"
 echo "== build" | tee -a "$LOG"
 timeout 60 python3 -c "
 import time, torch
