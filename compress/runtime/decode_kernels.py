@@ -45,12 +45,12 @@ NEG = tl.constexpr(-1.0e30)  # "minus infinity" that stays finite (empty chunks 
 # A decode step is ~290 launches of these kernels back to back; each used to start only after the one
 # before had drained, and then waited a DRAM round trip for its first bytes. With PDL (Hopper) a kernel
 # starts while its predecessor finishes: it asks for its successor's launch at once
-# (`gdc_launch_dependents`), reads what no kernel of the step writes (weights) before `gdc_wait`, and
-# everything else -- and every store -- after it. `gdc_wait` returns when the predecessor grid has
-# completed and its writes are visible; every program of every such kernel calls it, so completion is
-# transitive down the chain and no program reads or overwrites a buffer an earlier kernel still uses.
-# COMPRESS_DECODE_PDL=1 turns it on (A/B runs); never on CPUs (the interpreter runs no inline asm) or
-# before sm_90.
+# (`gdc_launch_dependents`), reads what no kernel of the step writes (weights; the KV cache rows before
+# the step's position) before `gdc_wait`, and everything else -- and every store -- after it. `gdc_wait`
+# returns when the predecessor grid has completed and its writes are visible; every program of every
+# such kernel calls it, so completion is transitive down the chain and no program reads or overwrites a
+# buffer an earlier kernel still uses. COMPRESS_DECODE_PDL=1 turns it on (A/B runs); never on CPUs (the
+# interpreter runs no inline asm) or before sm_90.
 
 
 _CAPABILITY: dict[int, tuple[int, int]] = {}
@@ -113,29 +113,36 @@ def _attn_split_impl(q_ptr, stride_qb, cos_ptr, sin_ptr, qn_ptr, eps, kc_ptr, vc
                      BLOCK_D: tl.constexpr, PDL: tl.constexpr):
     pid_bh = tl.program_id(0)
     pid_s = tl.program_id(1)
-    if PDL:  # everything this kernel reads may come from the launches just before it
+    if PDL:
         gdc_launch_dependents()
-        gdc_wait()
     b = pid_bh // HKV
     h = pid_bh % HKV
-    pos = tl.load(pos_ptr).to(tl.int32)
     offs_g = tl.arange(0, BLOCK_G)
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < D
     g_mask = offs_g < G
+    cache = (b * HKV + h).to(tl.int64) * L * D
+    start = pid_s * CHUNK
+    # The cached rows < pos and pos itself are written before a decode step starts (the previous step's
+    # combine, the position update between steps), never during one: with PDL the chunk's first tile is
+    # requested before `gdc_wait`, while the q/k/v projection still runs (at 768 cached tokens the
+    # chunk is one tile). q comes from that projection: after the wait.
+    pos = tl.load(pos_ptr).to(tl.int32)
+    offs_l = start + tl.arange(0, BLOCK_L)
+    kv_mask = (offs_l < pos)[:, None] & d_ok[None, :]
+    kv_off = cache + offs_l[:, None] * D + offs_d[None, :]
+    k = tl.load(kc_ptr + kv_off, mask=kv_mask, other=0.0)
+    v = tl.load(vc_ptr + kv_off, mask=kv_mask, other=0.0)
+    if PDL:
+        gdc_wait()
     qrow = b * stride_qb + (h * G + offs_g) * D
     q = _rope_heads(q_ptr, qrow, offs_d, g_mask[:, None], cos_ptr, sin_ptr, qn_ptr, eps, D, HAS_NORM)
     m = tl.full([BLOCK_G], NEG, tl.float32)
     l = tl.zeros([BLOCK_G], tl.float32)
     acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
-    cache = (b * HKV + h).to(tl.int64) * L * D
-    start = pid_s * CHUNK
     for l0 in range(0, CHUNK, BLOCK_L):
         offs_l = start + l0 + tl.arange(0, BLOCK_L)
         l_mask = offs_l < pos  # cached tokens only; the new one is scored in _attn_combine
-        kv_off = cache + offs_l[:, None] * D + offs_d[None, :]
-        k = tl.load(kc_ptr + kv_off, mask=l_mask[:, None] & d_ok[None, :], other=0.0)
-        v = tl.load(vc_ptr + kv_off, mask=l_mask[:, None] & d_ok[None, :], other=0.0)
         sc = tl.dot(q, tl.trans(k)) * scale_log2  # (BLOCK_G, BLOCK_L), log2 units
         sc = tl.where(l_mask[None, :], sc, float("-inf"))
         m_new = tl.maximum(m, tl.max(sc, axis=1))
@@ -144,6 +151,12 @@ def _attn_split_impl(q_ptr, stride_qb, cos_ptr, sin_ptr, qn_ptr, eps, kc_ptr, vc
         l = l * alpha + tl.sum(p, axis=1)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m = m_new
+        # the chunk's next tile (none after the last: masked)
+        nxt = offs_l + BLOCK_L
+        kv_mask = ((nxt < pos) & (l0 + BLOCK_L < CHUNK))[:, None] & d_ok[None, :]
+        kv_off = cache + nxt[:, None] * D + offs_d[None, :]
+        k = tl.load(kc_ptr + kv_off, mask=kv_mask, other=0.0)
+        v = tl.load(vc_ptr + kv_off, mask=kv_mask, other=0.0)
     part = (pid_bh * S + pid_s) * G + offs_g
     tl.store(pm_ptr + part, m, mask=g_mask)
     tl.store(pl_ptr + part, l, mask=g_mask)
