@@ -798,7 +798,10 @@ def _gemv_i8_pdl(xq_ptr, xs_ptr, w_ptr, ws_ptr, y_ptr, N, KW: tl.constexpr, BLOC
     _gemv_i8_impl(xq_ptr, xs_ptr, w_ptr, ws_ptr, y_ptr, N, KW, BLOCK_N, BLOCK_W, USE_ASM, X_FLOAT, SILU, True)
 
 
-GEMV_I8_CONFIGS = ((16, 256, 4), (32, 128, 4), (16, 512, 8))  # (BLOCK_N, BLOCK_W words, num_warps)
+# (BLOCK_N, BLOCK_W words, num_warps) the path table tries. Session 3's H100 choices were among the first
+# three; the double-buffered kernel holds two tiles per program, so a narrower tile with more programs
+# (8x512/4) and a wider one with more warps (32x256/8) are offered too.
+GEMV_I8_CONFIGS = ((16, 256, 4), (32, 128, 4), (16, 512, 8), (8, 512, 4), (32, 256, 8))
 
 
 def gemv_i8(xq: torch.Tensor, xs: torch.Tensor | None, w: torch.Tensor, w_scale: torch.Tensor, dtype: torch.dtype,
