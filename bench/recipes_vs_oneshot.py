@@ -4,8 +4,12 @@ protocol), on one model, for one or several seeds. Writes recipes.md / recipes.j
 
 Fairness: both arms run in one process, so before the table untimed warm-ups run the `original` and
 `fp8_dynamic` recipes through both, scoring one window (imports, CUDA/cuBLAS start-up, the compressed
-save's first-call set-up and the model file's page cache are then paid by neither timed arm). The seed drives our window sampling (`--seed`) and, on the oneshot side, the torch
-RNG that llmcompressor's RandomSampler draws its documents with (`torch.manual_seed(seed)`).
+save's first-call set-up and the model file's page cache are then paid by neither timed arm), and the
+arm that runs first alternates from seed to seed (1st, 3rd, ... seed given: compress first; 2nd, 4th: oneshot
+first). Calibration data (`--oneshot-data`): by default oneshot is handed exactly the documents compress
+calibrates on for that seed (`calibration.calibration_documents`), so the two arms differ only in the tool;
+with `own` it draws its own from the whole corpus (RandomSampler seeded by `torch.manual_seed(seed)`),
+and then one seed's pair differs by sampling luck as much as by tool: compare means over seeds.
 
 The direct-oneshot arm is what a user of llmcompressor would write: a `datasets.Dataset` with a
 "text" column, `num_calibration_samples`, `max_seq_length`, one `oneshot` call for the whole
@@ -28,7 +32,7 @@ import torch
 
 
 def oneshot_direct(model_spec: str, recipe_name: str, docs: list[str], num_samples: int, seq_len: int, out: Path, device: str,
-                   seed: int = 0):
+                   seed: int = 0, shuffle: bool = True):
     from datasets import Dataset
     from llmcompressor import oneshot
 
@@ -48,7 +52,7 @@ def oneshot_direct(model_spec: str, recipe_name: str, docs: list[str], num_sampl
         torch.manual_seed(seed)  # llmcompressor's RandomSampler draws the calibration documents from it
         with compat.config_folder_for_oneshot(model):
             oneshot(model=model, recipe=recipe.llmcompressor_yaml(), dataset=ds, processor=tok,
-                    num_calibration_samples=num_samples, max_seq_length=seq_len)
+                    num_calibration_samples=num_samples, max_seq_length=seq_len, shuffle_calibration_samples=shuffle)
     model.save_pretrained(out, save_compressed=bool(recipe.llmcompressor_dict))
     tok.save_pretrained(out)
     wall = time.perf_counter() - t0
@@ -79,8 +83,23 @@ def main():
     ap.add_argument("--max-windows", type=int, default=None)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--no-warmup", action="store_true")
+    ap.add_argument("--oneshot-data", choices=("same", "own"), default="same",
+                    help="same: oneshot gets exactly the documents compress calibrates on (default); own: oneshot draws "
+                         "its own from the whole corpus with its RandomSampler seeded by --seeds")
     ap.add_argument("--merge", nargs="*", type=Path, help="merge these recipes.json files into --out (no runs)")
+    ap.add_argument("--merge-log", nargs="*", type=Path, help="rebuild recipes.json/.md in --out from the ROW lines of these logs (no runs)")
     args = ap.parse_args()
+    if args.merge_log:
+        rows = [json.loads(line[4:]) for p in args.merge_log for line in p.read_text().splitlines() if line.startswith("ROW ")]
+        vers = [json.loads(line[9:]) for p in args.merge_log for line in p.read_text().splitlines() if line.startswith("VERSIONS ")]
+        doc = {"versions": vers[-1] if vers else {}, "args": {"model": args.model, "seeds": sorted({r["seed"] for r in rows}), "num_samples": args.num_samples,
+                                        "seq_len": args.seq_len, "eval_seq_len": args.eval_seq_len, "max_windows": args.max_windows},
+               "sources": [str(p) for p in args.merge_log], "rows": rows}
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "recipes.json").write_text(json.dumps(doc, indent=2))
+        (args.out / "recipes.md").write_text(render(doc))
+        print(render(doc))
+        return
     if args.merge:
         docs = [json.loads(p.read_text()) for p in args.merge]
         merged = {"versions": docs[-1]["versions"], "args": docs[-1]["args"], "sources": [str(p) for p in args.merge],
@@ -110,18 +129,23 @@ def main():
         warm = argparse.Namespace(**{**vars(args), "max_windows": 1})
         for name in ("original", "fp8_dynamic"):
             measure(warm, name, 0, docs, device, progress)
+    print("VERSIONS " + json.dumps(versions(), default=str), flush=True)
     rows = []
     for name in recipes:
-        for seed in args.seeds:
-            rows.append(measure(args, name, seed, docs, device, progress))
+        for i, seed in enumerate(args.seeds):
+            rows.append(measure(args, name, seed, docs, device, progress, oneshot_first=i % 2 == 1))
+            # one JSON line per finished row on stdout: a run cut short still leaves its rows in the log
+            # (`--merge-log LOG` rebuilds recipes.json/.md from such lines)
+            print("ROW " + json.dumps(rows[-1], default=str), flush=True)
             doc = {"versions": versions(), "args": vars(args) | {"out": str(args.out)}, "rows": rows}
             (args.out / "recipes.json").write_text(json.dumps(doc, indent=2, default=str))
             (args.out / "recipes.md").write_text(render(json.loads(json.dumps(doc, default=str))))
     print(render(json.loads((args.out / "recipes.json").read_text())))
 
 
-def measure(args, name: str, seed: int, docs, device: str, progress) -> dict:
-    """One recipe, one seed, both arms: ours through `run`, then llmcompressor's `oneshot` directly."""
+def measure(args, name: str, seed: int, docs, device: str, progress, oneshot_first: bool = False) -> dict:
+    """One recipe, one seed, both arms: ours through `run` and llmcompressor's `oneshot` directly, in the
+    order given."""
     from transformers import AutoTokenizer
 
     from compress.checkpoint import load_checkpoint
@@ -131,28 +155,60 @@ def measure(args, name: str, seed: int, docs, device: str, progress) -> dict:
 
     work = args.out / "checkpoints"
     ours_dir, theirs_dir = work / f"compress-{name}", work / f"oneshot-{name}"
+    def theirs_arm():
+        shutil.rmtree(theirs_dir, ignore_errors=True)
+        if args.oneshot_data == "same":  # exactly the documents compress calibrates on; oneshot orders them by length
+            from calibration import calibration_documents
+            from compress.model_source import load_tokenizer, resolve_model
+
+            same = calibration_documents(docs, load_tokenizer(resolve_model(args.model)), args.num_samples, seed)
+            return oneshot_direct(args.model, name, same, args.num_samples, args.seq_len, theirs_dir, device, seed, shuffle=False)
+        return oneshot_direct(args.model, name, docs.docs, args.num_samples, args.seq_len, theirs_dir, device, seed)
+
+    if oneshot_first:  # alternate which arm runs first, so warm caches and clocks favour neither
+        their_wall, violations = theirs_arm()
     res = run(RunOptions(name, args.model, "c4", args.num_samples, args.seq_len, ours_dir, seed, device, True,
                          "wikitext2", args.eval_seq_len, args.max_windows), progress)
     r = res.report
     ours_wall = sum(v for k, v in r["timings_s"].items() if "perplexity" not in k)
-    shutil.rmtree(theirs_dir, ignore_errors=True)
-    their_wall, violations = oneshot_direct(args.model, name, docs.docs, args.num_samples, args.seq_len, theirs_dir,
-                                            device, seed)
-    model = load_checkpoint(theirs_dir, device)
-    text = load_eval_text("wikitext2", AutoTokenizer.from_pretrained(theirs_dir))
-    theirs = _ppl(model, text, args.eval_seq_len, args.max_windows, progress, f"oneshot {name}")
-    del model
+    if not oneshot_first:
+        their_wall, violations = theirs_arm()
+    identical = same_tensors(ours_dir, theirs_dir)
+    if identical:  # the same stored tensors score the same: no second evaluation
+        theirs_ppl, windows = r["ppl_after"]["ppl"], r["ppl_after"].get("windows")
+    else:
+        model = load_checkpoint(theirs_dir, device)
+        text = load_eval_text("wikitext2", AutoTokenizer.from_pretrained(theirs_dir))
+        theirs = _ppl(model, text, args.eval_seq_len, args.max_windows, progress, f"oneshot {name}")
+        theirs_ppl, windows = theirs.ppl, theirs.windows
+        del model
     shutil.rmtree(work, ignore_errors=True)
     return {
         "recipe": name, "seed": seed, "bits_per_weight": r["bits_per_weight"], "ppl_original": r["ppl_before"]["ppl"],
-        "ppl_compress": r["ppl_after"]["ppl"], "ppl_oneshot": theirs.ppl, "windows": theirs.windows,
+        "ppl_compress": r["ppl_after"]["ppl"], "ppl_oneshot": theirs_ppl, "windows": windows, "identical_tensors": identical,
         "wall_compress_s": round(ours_wall, 1), "wall_oneshot_s": round(their_wall, 1),
         "timings_compress_s": r["timings_s"],
         "calibration_tokens_compress": (r.get("calibration") or {}).get("tokens"),
-        "oneshot_24_violations": violations,
+        "oneshot_24_violations": violations, "oneshot_data": args.oneshot_data, "first_arm": "oneshot" if oneshot_first else "compress",
         "compress_24_refilled": (r.get("sparsity") or {}).get("refilled_by_later_stages"),
         "device": r.get("device"), "gpu": versions().get("gpu"),
     }
+
+
+def same_tensors(a: Path, b: Path) -> bool:
+    """Both checkpoints store exactly the same tensors (names, dtypes, shapes, bytes) in their safetensors files."""
+    from safetensors import safe_open
+
+    def tensors(folder: Path) -> dict:
+        out = {}
+        for f in sorted(folder.glob("model*.safetensors")):
+            with safe_open(f, "pt") as h:
+                out.update({k: h.get_tensor(k) for k in h.keys()})
+        return out
+
+    x, y = tensors(a), tensors(b)
+    return bool(x) and x.keys() == y.keys() and all(
+        x[k].dtype == y[k].dtype and x[k].shape == y[k].shape and torch.equal(x[k], y[k]) for k in x)
 
 
 def render(doc: dict) -> str:
@@ -168,13 +224,16 @@ def render(doc: dict) -> str:
         f"perplexity WikiText-2 raw test, seq-len {args['eval_seq_len']}, non-overlapping windows "
         f"({rows[0]['windows'] if rows else 0} windows).",
         "",
-        "| recipe | seed | bits/weight | PPL compress | PPL oneshot | compress - oneshot | wall compress (s) | wall oneshot (s) | wall ratio | 2:4 after oneshot |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| recipe | seed | bits/weight | PPL compress | PPL oneshot | compress - oneshot | wall compress (s) | wall oneshot (s) | wall ratio | 2:4 after oneshot | same tensors |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
 
     def sparse(x):
         n = x.get("oneshot_24_violations")
         return "-" if n is None else ("kept" if n == 0 else f"broken ({n} groups)")
+
+    def same(x):
+        return {True: "yes", False: "no"}.get(x.get("identical_tensors"), "-")
 
     by_recipe: dict[str, list[dict]] = {}
     for x in rows:
@@ -184,7 +243,7 @@ def render(doc: dict) -> str:
             lines.append(
                 f"| {name} | {x.get('seed', 0)} | {x['bits_per_weight']:.2f} | {x['ppl_compress']:.3f} | {x['ppl_oneshot']:.3f} | "
                 f"{x['ppl_compress'] - x['ppl_oneshot']:+.3f} | {x['wall_compress_s']} | {x['wall_oneshot_s']} | "
-                f"{x['wall_compress_s'] / x['wall_oneshot_s']:.2f} | {sparse(x)} |"
+                f"{x['wall_compress_s'] / x['wall_oneshot_s']:.2f} | {sparse(x)} | {same(x)} |"
             )
         if len(group) > 1:
             ours = [x["ppl_compress"] for x in group]
@@ -194,7 +253,7 @@ def render(doc: dict) -> str:
                 f"| **{name} mean ± std** | {len(group)} seeds | {group[0]['bits_per_weight']:.2f} | "
                 f"**{statistics.mean(ours):.3f} ± {statistics.stdev(ours):.3f}** | "
                 f"**{statistics.mean(theirs):.3f} ± {statistics.stdev(theirs):.3f}** | "
-                f"**{statistics.mean(ours) - statistics.mean(theirs):+.3f}** | {wo:.1f} | {wt:.1f} | {wo / wt:.2f} | |"
+                f"**{statistics.mean(ours) - statistics.mean(theirs):+.3f}** | {wo:.1f} | {wt:.1f} | {wo / wt:.2f} | | |"
             )
     return "\n".join(lines) + "\n"
 

@@ -1,6 +1,6 @@
 """Calibration data: presets by name, local files, deterministic token windows."""
 from .presets import CALIBRATION_PRESETS, EVAL_PRESETS, Preset
-from .sampling import CalibrationSet, build_calibration_set, load_documents
+from .sampling import CalibrationSet, build_calibration_set, calibration_documents, load_documents
 from .sources import Documents, data_dir, read_local_file, resolve_preset
 
 __all__ = [
@@ -9,6 +9,7 @@ __all__ = [
     "Preset",
     "CalibrationSet",
     "build_calibration_set",
+    "calibration_documents",
     "load_documents",
     "Documents",
     "data_dir",

@@ -39,15 +39,17 @@ class CalibrationSet:
     layout: str = "documents"
 
     def dataloader(self):
-        """A DataLoader of (batch_size, length) batches in sample order (llmcompressor accepts it as is).
+        """A DataLoader of (batch, length) batches in sample order (llmcompressor accepts it as is).
 
-        The samples of each batch have the same length (build_calibration_set cuts them so), so batches
-        need no padding: the calibration forward passes run batch_size samples at once (llmcompressor's
-        own text path runs one document at a time, since its documents differ in length)."""
+        A batch holds up to batch_size consecutive samples of the same length, so batches need neither
+        padding (it would enter the Hessians and activation statistics as if it were text) nor truncation
+        (llmcompressor's truncating collator drops every token past the batch's shortest sample). The
+        documents layout sorts its samples by length, so equal lengths sit together; stream windows all
+        have seq_len tokens."""
         from torch.utils.data import DataLoader
 
         rows = [{k: v[0] for k, v in s.items()} for s in self.samples]  # (length,) each
-        return DataLoader(rows, batch_size=self.batch_size, shuffle=False)
+        return DataLoader(rows, batch_sampler=same_length_batches([len(r["input_ids"]) for r in rows], self.batch_size))
 
     def record(self) -> dict:
         return {
@@ -101,6 +103,17 @@ def auto_batch_size(num_samples: int, seq_len: int) -> int:
 WINDOW_LAYOUTS = ("documents", "stream")
 
 
+def same_length_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
+    """Indices of consecutive samples grouped into batches of at most batch_size samples of equal length."""
+    batches: list[list[int]] = []
+    for i, n in enumerate(lengths):
+        if batches and len(batches[-1]) < batch_size and lengths[batches[-1][0]] == n:
+            batches[-1].append(i)
+        else:
+            batches.append([i])
+    return batches
+
+
 def _stream_windows(tokenized: list[list[int]], separator: list[int], num_samples: int, seq_len: int, seed: int):
     """Join the documents into one stream (separator between them) and cut consecutive windows; when the
     stream is too short, windows at seeded random offsets (they may overlap)."""
@@ -114,33 +127,65 @@ def _stream_windows(tokenized: list[list[int]], separator: list[int], num_sample
     return stream, sorted(gen.randrange(0, len(stream) - seq_len + 1) for _ in range(num_samples)), True
 
 
-def _document_samples(tokenized: list[list[int]], num_samples: int, seq_len: int, batch_size: int) -> list[list[int]]:
-    """One sample per document: its first seq_len tokens (llmcompressor's own text path does the same).
-    Only when there are fewer documents than num_samples do documents give further samples, their next
-    seq_len tokens, round by round (a single long .txt file is then cut into consecutive chunks).
+def _document_samples(tokenized: list[list[int]], num_samples: int, seq_len: int, prefix: list[int]) -> list[list[int]]:
+    """One sample per document: `prefix` (the tokenizer's BOS, when it adds one) and the document's first
+    tokens, seq_len in all, as llmcompressor's own text path tokenizes each document. Only when there are
+    fewer documents than num_samples do documents give further samples, their next seq_len tokens (no
+    BOS: they continue the text), round by round (a single long .txt file is then cut into consecutive
+    chunks).
 
-    Batched without padding: samples are sorted by length and each batch is cut to its shortest member
-    (padding would enter the Hessians and activation statistics as if it were text).
+    Every token is kept: samples are sorted by length (longest first) and batched only with samples of
+    the same length (`same_length_batches`), so a batch needs neither padding nor truncation. The
+    samples, their order and their per-sample weighting are those of `oneshot` given the same documents;
+    batching equal lengths changes only the float summation order (which GPTQ's rounding can feel:
+    --batch-size 1 reproduces oneshot bit for bit).
 
-    Why this is the default: on SmolLM2-135M, w4a16_gptq, five seeds on an H100, one-document samples gave
-    WikiText-2 PPL 28.34 +- 0.18 against 28.93 +- 0.26 for windows cut from the joined documents (and
-    28.46 +- 0.38 for llmcompressor's oneshot): bench/results/h100/recipes/session3/README.md."""
+    Why one document per sample is the default: on SmolLM2-135M, w4a16_gptq, five seeds on an H100,
+    one-document samples gave WikiText-2 PPL 28.34 +- 0.18 against 28.93 +- 0.26 for windows cut from the
+    joined documents (and 28.46 +- 0.38 for llmcompressor's oneshot), measured when batches were still cut
+    to their shortest sample (11% of the tokens dropped): bench/results/h100/recipes/session3/README.md."""
+    prefix = prefix[: seq_len - 1]
+    starts = [ids if ids[: len(prefix)] == prefix else prefix + ids for ids in tokenized]  # no doubled BOS
     rows: list[list[int]] = []
     chunk = 0
     while len(rows) < num_samples:
-        pieces = [ids[chunk * seq_len : (chunk + 1) * seq_len] for ids in tokenized]
+        # chunk 0 holds the prefix; later chunks continue the document's own tokens (no BOS mid-text)
+        pieces = [ids[chunk * seq_len : (chunk + 1) * seq_len] for ids in starts]
         pieces = [p for p in pieces if p]
         if not pieces:
             break
         rows.extend(pieces[: num_samples - len(rows)])
         chunk += 1
-    rows.sort(key=len, reverse=True)
-    out = []
-    for b in range(0, len(rows), batch_size):
-        group = rows[b : b + batch_size]
-        shortest = min(len(r) for r in group)
-        out.extend(r[:shortest] for r in group)
-    return out
+    # Longest first, ties in the order torch's sort gives them: llmcompressor's LengthAwareSampler orders
+    # the same documents by the same call, so with --batch-size 1 the forward passes are oneshot's, in
+    # oneshot's order (tests/test_calibration.py checks the bytes).
+    order = torch.argsort(torch.tensor([len(r) for r in rows]), descending=True).tolist()
+    return [rows[i] for i in order]
+
+
+def _bos_prefix(tokenizer) -> list[int]:
+    """The special tokens the tokenizer puts in front of a text by default (Llama-3: BOS; SmolLM2: none),
+    found by tokenizing a probe both ways rather than trusting per-tokenizer flags."""
+    probe = "a"
+    with_special = tokenizer(probe)["input_ids"]
+    plain = tokenizer(probe, add_special_tokens=False)["input_ids"]
+    if plain and with_special[-len(plain):] == plain:
+        return list(with_special[: len(with_special) - len(plain)])
+    return []
+
+
+def _seeded_order(n: int, seed: int) -> list[int]:
+    order = list(range(n))
+    random.Random(seed).shuffle(order)
+    return order
+
+
+def calibration_documents(docs: Documents, tokenizer, num_samples: int, seed: int) -> list[str]:
+    """The texts (chat messages rendered) that the documents layout draws its first-round samples from, in
+    seeded order: the first num_samples documents of the shuffle. Lets another tool be handed exactly the
+    documents `compress run` calibrates on (bench/recipes_vs_oneshot.py gives them to `oneshot`)."""
+    texts = _render(docs, tokenizer)
+    return [texts[i] for i in _seeded_order(len(texts), seed)[:num_samples]]
 
 
 def build_calibration_set(
@@ -162,8 +207,7 @@ def build_calibration_set(
     texts = _render(docs, tokenizer)
     if not texts:
         raise CompressError(f"{docs.source} yields no non-empty text: check the file or --text-column")
-    order = list(range(len(texts)))
-    random.Random(seed).shuffle(order)
+    order = _seeded_order(len(texts), seed)
     # Documents are separated by a blank line, not by EOS: some tokenizers' EOS is a chat-control
     # token (SmolLM2's GGUF maps it to <|im_start|>), which would put unusual activations mid-text.
     separator = tokenizer("\n\n", add_special_tokens=False)["input_ids"]
@@ -177,7 +221,7 @@ def build_calibration_set(
     notes = []
     batch_size = batch_size or auto_batch_size(num_samples, seq_len)
     if layout == "documents":
-        rows = _document_samples(tokenized, num_samples, seq_len, batch_size)
+        rows = _document_samples(tokenized, num_samples, seq_len, _bos_prefix(tokenizer))
         if len(rows) < num_samples:
             notes.append(f"{docs.source} yields only {len(rows)} samples of at most {seq_len} tokens, fewer than --num-samples {num_samples}: all used")
         samples = [
