@@ -571,7 +571,8 @@ __global__ void __launch_bounds__(THREADS, 512 / THREADS) w4a16_gemv_kernel(cons
   if (threadIdx.x == 0) a.counters[blockIdx.x] = 0;
 }
 
-// Lets an instantiation use the device's whole per-block shared memory (once; beyond 48 KB needs the opt-in).
+// Lets an instantiation use the device's whole per-block shared memory (once; beyond 48 KB needs the opt-in;
+// the opt-in limit counts the static shared memory too: asking for all of it as dynamic is an invalid value).
 template <typename T, bool ASYM, bool G64, int MT>
 int allow_smem(size_t* limit) {
   static size_t raised = 0;
@@ -579,10 +580,13 @@ int allow_smem(size_t* limit) {
     int dev = 0, optin = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-    const cudaError_t e = cudaFuncSetAttribute(w4a16_gemv_kernel<T, ASYM, G64, MT>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
+    cudaFuncAttributes fa;
+    cudaError_t e = cudaFuncGetAttributes(&fa, w4a16_gemv_kernel<T, ASYM, G64, MT>);
     if (e != cudaSuccess) return (int)e;
-    raised = (size_t)optin;
+    const int dyn = optin - (int)fa.sharedSizeBytes;  // static + dynamic must fit the opt-in limit
+    e = cudaFuncSetAttribute(w4a16_gemv_kernel<T, ASYM, G64, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize, dyn);
+    if (e != cudaSuccess) return (int)e;
+    raised = (size_t)dyn;
   }
   *limit = raised;
   return 0;

@@ -327,6 +327,17 @@ def section_new(out: Path) -> None:
     data = {"env": env(), "sweep": {}, "best": {}, "tokens": {}}
     configs = [(v, w, 0) for v in w4a16_cuda.VARIANTS for w in WAVES]
     t0 = time.time()
+    # First the whole-token figure with the launcher's defaults (the number that matters, before the long sweep).
+    for model in TOKENS:
+        layers = token_layers(model)
+        rows = {}
+        for mode in (0, 2, 6):
+            cfg = (w4a16_cuda.DEFAULT_VARIANT, 1.0, mode)
+            rows[f"default {key(cfg)}"] = token(model, new_call(cfg), layers)
+        data["tokens"][model] = rows
+        del layers
+        log(f"[new] token {model}: " + ", ".join(f"{k} {v['ms']:.3f} ms" for k, v in rows.items()))
+        save(out, "new", data)
     for name in SHAPES:
         cps = copies(name)
         for m in MS:
@@ -361,7 +372,7 @@ def section_new(out: Path) -> None:
             fns = {nm: new_call(unkey(picks[nm])[:2] + (mode,)) for nm in picks}
             rows[f"per-shape best, mode {mode}"] = token(model, lambda x, p: fns[p["name"]](x, p), tagged)
         rows["picks"] = picks
-        data["tokens"][model] = rows
+        data["tokens"][model].update(rows)
         del layers, tagged
         log(f"[new] token {model}: " + ", ".join(f"{k} {v['ms']:.3f} ms" for k, v in rows.items() if k != "picks"))
         save(out, "new", data)
