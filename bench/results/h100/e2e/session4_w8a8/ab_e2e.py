@@ -7,7 +7,8 @@ bandwidth once, then for each variant: clears the path table, points `compress.r
 that variant's module (the runtime imports it inside its functions, so the next Generator uses it), and
 runs the e2e decode_bound workload (batch 1, 256 + 512 tokens, CUDA graphs, RUNS timed runs) and the
 profile of one eager decode step -- the same functions `compress bench e2e` calls.
-Variants: "before" = decode_kernels_before.py (commit 3bcf560's file), "now" with COMPRESS_DECODE_PDL=1/0.
+Variants: "before" = decode_kernels_before.py (commit 3bcf560's file), "call1_pdl" = decode_kernels_call1.py
+(the code of device call 1, with PDL), "now" (the working tree's file) with COMPRESS_DECODE_PDL=1/0.
 Each variant also generates 64 tokens with graphs; they must equal the first variant's.
 """
 
@@ -35,8 +36,8 @@ HERE = Path(__file__).resolve().parent
 NAME = "compress.runtime.decode_kernels"
 
 
-def _before():
-    spec = importlib.util.spec_from_file_location(NAME, HERE / "decode_kernels_before.py")
+def _module(file: str):
+    spec = importlib.util.spec_from_file_location(NAME, HERE / file)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -60,11 +61,13 @@ def main() -> None:
     doc = {"device": torch.cuda.get_device_name() if dev.type == "cuda" else "cpu", "copy_bw_gbs": bw, "weight_bytes": wbytes, "bound_ms": bound,
            "runs": runs, "variants": {}}
     print(f"copy bandwidth {bw:.0f} GB/s; {wbytes / 1e9:.3f} GB per step -> bound {bound:.3f} ms", flush=True)
-    before = _before()
+    before = _module("decode_kernels_before.py")
+    call1 = _module("decode_kernels_call1.py")
     wl = WORKLOADS[os.environ.get("AB_WORKLOAD", "decode_bound")]
     first_tokens = None
     for name in order:
-        mod, pdl = {"before": (before, "0"), "now_pdl": (now_mod, "1"), "now_nopdl": (now_mod, "0")}[name]
+        mod, pdl = {"before": (before, "0"), "call1_pdl": (call1, "1"), "now_pdl": (now_mod, "1"),
+                    "now_nopdl": (now_mod, "0")}[name]
         os.environ["COMPRESS_DECODE_PDL"] = pdl
         use(mod)
         TABLE.clear()
