@@ -69,10 +69,14 @@ def pdl_enabled(device: torch.device) -> bool:
     return _CAPABILITY[idx] >= (9, 0)
 
 
-def _pick(plain, with_pdl, device: torch.device):
+def _pick(plain, with_pdl, device: torch.device, weights: torch.Tensor | None = None):
     """(kernel, launch options) for a launch on `device`: each kernel that takes part exists twice, the
-    same body (`*_impl`, PDL a constexpr) behind its original signature and behind a `*_pdl` twin."""
-    return (with_pdl, {"launch_pdl": True}) if pdl_enabled(device) else (plain, {})
+    same body (`*_impl`, PDL a constexpr) behind its original signature and behind a `*_pdl` twin.
+    `weights`: the GEMVs' weight matrix, whose rows the PDL twin prefetches in bulk (16-byte aligned
+    addresses only; other weights take the plain kernel)."""
+    if not pdl_enabled(device) or (weights is not None and weights.data_ptr() % 16):
+        return plain, {}
+    return with_pdl, {"launch_pdl": True}
 
 
 @triton.jit
@@ -402,7 +406,7 @@ def gemv(x: torch.Tensor, w: torch.Tensor, config: tuple[int, int, int] = GEMV_C
     y = torch.empty(1, n, dtype=x.dtype, device=x.device)
     bn, bk, warps = config
     bk = min(bk, triton.next_power_of_2(k))
-    kernel, opts = _pick(_gemv, _gemv_pdl, x.device)
+    kernel, opts = _pick(_gemv, _gemv_pdl, x.device, w)
     kernel[(triton.cdiv(n, bn),)](x, w, y, n, K=k, BLOCK_N=bn, BLOCK_K=bk, SILU_MUL=silu_mul, num_warps=warps, **opts)
     return y
 
@@ -816,7 +820,7 @@ def gemv_i8(xq: torch.Tensor, xs: torch.Tensor | None, w: torch.Tensor, w_scale:
     kw = k // 4
     bw = min(bw, triton.next_power_of_2(kw))
     interp = os.environ.get("TRITON_INTERPRET", "0") == "1"  # the CPU interpreter runs no inline asm
-    kernel, opts = _pick(_gemv_i8, _gemv_i8_pdl, w.device)
+    kernel, opts = _pick(_gemv_i8, _gemv_i8_pdl, w.device, w)
     kernel[(triton.cdiv(n, bn),)](xq if x_float else xq.view(torch.int32), w_scale if x_float else xs,
                                   w.view(torch.int32), w_scale.reshape(-1), y, n, KW=kw, BLOCK_N=bn, BLOCK_W=bw,
                                   USE_ASM=not interp, X_FLOAT=x_float, SILU=silu_mul, num_warps=warps, **opts)
