@@ -12,9 +12,10 @@ Covered: M = 1..16, group 64 / 128, symmetric and asymmetric, fp16 or bf16 activ
 same dtype (the runtime keeps them so), the checkpoint's packed tensors as they are. Anything else raises
 `CompressError` from `w4a16_gemv`; `supports` answers without raising (the runtime's path choice asks it).
 COMPRESS_W4A16_CUDA=0 turns the kernel off; COMPRESS_W4A16_VARIANT forces a build variant;
-COMPRESS_W4A16_CLUSTER=1 reduces split K inside thread-block clusters (see the .cu header); COMPRESS_W4A16_PDL picks plain launches (0), programmatic dependent launch (1) or the same with the weights read
-before the previous kernel is done (2: the weights must not be written by the kernel launched right before the
-GEMV; see the .cu header).
+COMPRESS_W4A16_CLUSTER=1 / 0 forces split K reduced inside thread-block clusters / through the workspace (see the
+.cu header); COMPRESS_W4A16_PDL picks plain launches (0), programmatic dependent launch (1) or, the default, the
+same with the weights read before the previous kernel is done (2: the weights must not be written by the kernel
+launched right before the GEMV; see the .cu header).
 
 Public: `w4a16_gemv` (launcher, registered as torch.ops.compress.w4a16_gemv), `supports`, `plan`, `build`.
 The plain-torch reference of the same math is kernels.w4a16.w4a16_linear_ref.
@@ -42,15 +43,40 @@ MAX_M = 16  # two mma n-tiles of 8 tokens
 VARIANTS = {"w4b2s4": (4, 2, 4), "w4b4s3": (4, 4, 3), "w4b8s2": (4, 8, 2), "w4b1s8": (4, 1, 8), "w8b2s3": (8, 2, 3),
             "w2b2s6": (2, 2, 6), "w16b2s2": (16, 2, 2)}
 # (variant, waves) per M bucket (M <= 8, <= 16); waves = CTAs launched / CTAs resident at once (see `plan`).
-DEFAULTS = {8: ("w4b2s4", 1.0), 16: ("w4b2s4", 1.0)}
-DEFAULT_VARIANT = "w4b2s4"  # the one the tests build first
+# Evidence (H100, bench/results/h100/kernels/w4a16_cuda_s4.md): the best geometric mean over 12 Llama-3 / Qwen3
+# layer shapes at M = 1 (w8b2s3 waves 0.5: 16.2 us, the first default w4b2s4 waves 1: 17.2) and at M = 16
+# (w16b2s2 waves 1: 29.9 us; the 4-warp variants 40-49 us).
+DEFAULTS = {8: ("w8b2s3", 0.5), 16: ("w16b2s2", 1.0)}
+DEFAULT_VARIANT = "w8b2s3"  # the one the tests build first
+# Measured winners per layer shape, same run: (N, K) -> {M bucket: (variant, waves, cluster reduction)}. The
+# variant and waves are the fastest plain launch at M = 1 (bucket 8) or M = 16 (bucket 16); cluster where the
+# cluster reduction (with programmatic dependent launch) beat the workspace one by more than 2%. M = 2..8 and
+# 9..15 take the M = 1 / M = 16 winners unmeasured (correctness is tested for them).
+TUNED = {
+    (6144, 4096): {8: ("w8b2s3", 0.5, True), 16: ("w16b2s2", 0.5, True)},     # 8B / Qwen3-8B fused qkv
+    (4096, 4096): {8: ("w16b2s2", 1.0, False), 16: ("w16b2s2", 1.0, False)},  # 8B q / o
+    (28672, 4096): {8: ("w16b2s2", 1.0, False), 16: ("w16b2s2", 0.5, False)},  # 8B fused gate_up
+    (4096, 14336): {8: ("w8b2s3", 1.0, False), 16: ("w16b2s2", 2.0, False)},   # 8B down
+    (1024, 4096): {8: ("w8b2s3", 0.5, True), 16: ("w4b8s2", 0.5, True)},      # 8B k / v
+    (14336, 4096): {8: ("w8b2s3", 0.5, False), 16: ("w16b2s2", 0.5, True)},   # 8B gate / up
+    (8192, 8192): {8: ("w8b2s3", 1.0, False), 16: ("w16b2s2", 0.5, False)},   # 70B q / o
+    (1024, 8192): {8: ("w2b2s6", 0.5, False), 16: ("w16b2s2", 0.5, True)},    # 70B k / v
+    (28672, 8192): {8: ("w16b2s2", 0.5, False), 16: ("w16b2s2", 0.5, False)},  # 70B gate / up
+    (8192, 28672): {8: ("w8b2s3", 2.0, False), 16: ("w16b2s2", 0.5, False)},  # 70B down
+    (24576, 4096): {8: ("w4b4s3", 0.5, False), 16: ("w16b2s2", 0.5, False)},  # Qwen3-8B fused gate_up
+    (4096, 12288): {8: ("w8b2s3", 1.0, False), 16: ("w16b2s2", 2.0, False)},  # Qwen3-8B down
+}
 # Split-K plan (see `plan`): no K chunk shorter than MIN_BLOCKS blocks of 128; staged activations at most
 # STAGED_BYTES per CTA; a CTA's shared memory at most SMEM_BYTES (the H100 allows 227 KB).
 MIN_BLOCKS = 2
 STAGED_BYTES = 32 * 1024
 SMEM_BYTES = 200 * 1024
-PDL_DEFAULT = 0  # COMPRESS_W4A16_PDL when unset
-CLUSTER_DEFAULT = 0  # COMPRESS_W4A16_CLUSTER when unset
+# COMPRESS_W4A16_PDL when unset: 2 = programmatic dependent launch with the weights read before the wait. Same run:
+# 0.03-2.0 us less per call than plain launches on all 12 shapes at M = 1, 2.00 -> 1.89 ms for the 128 GEMVs of a
+# Llama-3-8B token back to back (mode 1, no early reads: about no gain per token). It asks that the kernel launched right before a GEMV does not write
+# its weights (the .cu header): true of a model's weights and of every caller here; COMPRESS_W4A16_PDL=1 or 0
+# where that does not hold.
+PDL_DEFAULT = 2
 MAX_CLUSTER = 8  # the .cu's portable cluster size: more K chunks reduce through the workspace
 _RC = {-1: "M outside 1..16", -2: "group_size not 64/128", -3: "bad split-K plan",
        -4: "shared memory over the device's per-block limit"}
@@ -75,23 +101,28 @@ def pdl_mode() -> int:
     return int(v)
 
 
-def cluster_mode() -> bool:
-    """COMPRESS_W4A16_CLUSTER=1: split-K CTAs of a row group reduce inside a thread-block cluster (<= 8 chunks)."""
-    v = os.environ.get("COMPRESS_W4A16_CLUSTER", str(CLUSTER_DEFAULT))
+def cluster_mode() -> bool | None:
+    """COMPRESS_W4A16_CLUSTER=1 / 0: split-K CTAs of a row group reduce inside a thread-block cluster (<= 8 chunks)
+    / through the workspace for every shape; unset: as TUNED says (workspace for shapes it does not list)."""
+    v = os.environ.get("COMPRESS_W4A16_CLUSTER")
+    if v is None:
+        return None
     if v not in ("0", "1"):
         raise CompressError(f"COMPRESS_W4A16_CLUSTER={v!r} is not 0 or 1; unset it or pick one")
     return v == "1"
 
 
-def default_config(m: int) -> tuple[str, float]:
-    """(variant, waves) for M tokens; COMPRESS_W4A16_VARIANT overrides the variant for every M."""
-    name, waves = DEFAULTS[next((b for b in sorted(DEFAULTS) if m <= b), max(DEFAULTS))]
+def default_config(m: int, n: int | None = None, k: int | None = None) -> tuple[str, float, bool]:
+    """(variant, waves, cluster reduction) for M tokens of an (N, K) layer: TUNED's measured winner for the shape,
+    else DEFAULTS; COMPRESS_W4A16_VARIANT overrides the variant for every M and shape."""
+    bucket = next((b for b in sorted(DEFAULTS) if m <= b), max(DEFAULTS))
+    name, waves, cluster = TUNED.get((n, k), {}).get(bucket) or (*DEFAULTS[bucket], False)
     env = os.environ.get("COMPRESS_W4A16_VARIANT")
     if env is not None:
         if env not in VARIANTS:
             raise CompressError(f"COMPRESS_W4A16_VARIANT={env!r} is not one of {sorted(VARIANTS)}; unset it or pick one")
         name = env
-    return name, waves
+    return name, waves, cluster
 
 
 def compile_variant(arch_code: str, name: str) -> Path:
@@ -219,7 +250,7 @@ def supports(x2: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zero
         return False
     try:
         _check(x2, qweight, scales, zeros, group_size)
-        build(x2.device, default_config(m)[0])
+        build(x2.device, default_config(m, qweight.shape[0], x2.shape[-1])[0])
     except CompressError as e:
         if "nvcc" in str(e) and not _warned:  # no compiler or a failed build: the Triton kernels serve, say why once
             warnings.warn(str(e), stacklevel=2)
@@ -258,10 +289,12 @@ def _launch(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros:
     out = torch.empty(m, n, device=x.device, dtype=x.dtype)
     if m == 0:
         return out.reshape(*lead, n)
-    dname, dwaves = default_config(m)
+    dname, dwaves, dcluster = default_config(m, n, k)
     name, waves = name or dname, dwaves if waves is None else waves
     pdl = pdl_mode() if pdl is None else int(pdl)
-    cluster = cluster_mode() if cluster is None else bool(cluster)
+    if cluster is None:
+        env = cluster_mode()
+        cluster = dcluster if env is None else env
     flags = {0: 0, 1: 1, 2: 3}[pdl] | (4 if cluster else 0)
     lib = build(x.device, name)
     warps = VARIANTS[name][0]
@@ -303,8 +336,8 @@ def w4a16_gemv(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zer
 
 def planned(n: int, k: int, m: int, name: str | None = None, group_size: int = 128, asym: bool = False) -> str:
     """The default plan as text, for benchmark tables: variant, K chunk and split (on GPU 0)."""
-    dname, waves = default_config(m)
+    dname, waves, cluster = default_config(m, n, k)
     name = name or dname
     dev = torch.device("cuda", 0)
-    per, split = plan_for(dev, build(dev, name), name, n, k, m, group_size, asym, False, waves)
-    return f"cuda gemv {name} per{per} x{split}"
+    per, split = plan_for(dev, build(dev, name), name, n, k, m, group_size, asym, False, waves, None, cluster)
+    return f"cuda gemv {name} per{per} x{split}" + (" cluster" if cluster and 1 < split <= MAX_CLUSTER else "")

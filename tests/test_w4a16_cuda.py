@@ -134,10 +134,11 @@ def test_cluster_reduction_gives_the_workspace_bytes(m, n, k, gs, sym):
     p = layer(n, k, gs, sym, torch.float16, seed=n + m)
     x = torch.randn(m, k, device="cuda").half()
     for waves in (1.0, 2.0):
-        got = w4a16_cuda._launch(x, p["qweight"], p["scales"], p["zeros"], gs, waves=waves, cluster=True)
-        per, split = w4a16_cuda.plan_for(x.device, w4a16_cuda.build(x.device), w4a16_cuda.DEFAULT_VARIANT, n, k, m, gs,
-                                         not sym, False, waves, None, True)
-        want = w4a16_cuda._launch(x, p["qweight"], p["scales"], p["zeros"], gs, waves=waves, cluster=False,
+        name = w4a16_cuda.DEFAULT_VARIANT
+        got = w4a16_cuda._launch(x, p["qweight"], p["scales"], p["zeros"], gs, name=name, waves=waves, cluster=True)
+        per, split = w4a16_cuda.plan_for(x.device, w4a16_cuda.build(x.device, name), name, n, k, m, gs, not sym, False,
+                                         waves, None, True)
+        want = w4a16_cuda._launch(x, p["qweight"], p["scales"], p["zeros"], gs, name=name, waves=waves, cluster=False,
                                   min_blocks=per)  # the same chunks, through the workspace
         assert per * split >= padded_k(k) // 128
         assert torch.equal(got, want) or split > w4a16_cuda.MAX_CLUSTER
@@ -216,14 +217,19 @@ def test_unaligned_qweight_is_refused():
         w4a16_cuda.w4a16_gemv(torch.zeros(1, 256).half(), q, p["scales"][:, :64].contiguous())
 
 
-def test_default_config_by_m(monkeypatch):
+def test_default_config_by_m_and_shape(monkeypatch):
     monkeypatch.delenv("COMPRESS_W4A16_VARIANT", raising=False)
     for m in range(1, 17):
-        name, waves = w4a16_cuda.default_config(m)
-        assert name in w4a16_cuda.VARIANTS and waves > 0
-        assert (name, waves) == w4a16_cuda.DEFAULTS[min(b for b in w4a16_cuda.DEFAULTS if m <= b)]
-    monkeypatch.setenv("COMPRESS_W4A16_VARIANT", "w8b2s3")
-    assert w4a16_cuda.default_config(1)[0] == "w8b2s3"
+        bucket = min(b for b in w4a16_cuda.DEFAULTS if m <= b)
+        name, waves, cluster = w4a16_cuda.default_config(m)
+        assert name in w4a16_cuda.VARIANTS and waves > 0 and not cluster
+        assert (name, waves) == w4a16_cuda.DEFAULTS[bucket]
+        assert w4a16_cuda.default_config(m, 100, 4096) == (name, waves, False)  # a shape the table does not list
+        for (n, k), by_bucket in w4a16_cuda.TUNED.items():
+            assert w4a16_cuda.default_config(m, n, k) == by_bucket[bucket]
+            assert by_bucket[bucket][0] in w4a16_cuda.VARIANTS
+    monkeypatch.setenv("COMPRESS_W4A16_VARIANT", "w16b2s2")
+    assert w4a16_cuda.default_config(1)[0] == "w16b2s2"
 
 
 def test_supports_is_false_on_cpu_and_with_the_kill_switch(monkeypatch):
@@ -234,6 +240,12 @@ def test_supports_is_false_on_cpu_and_with_the_kill_switch(monkeypatch):
     monkeypatch.setenv("COMPRESS_W4A16_PDL", "yes")
     with pytest.raises(CompressError, match=r"COMPRESS_W4A16_PDL='yes' is not 0, 1 or 2"):
         w4a16_cuda.pdl_mode()
+    monkeypatch.setenv("COMPRESS_W4A16_CLUSTER", "1")
+    assert w4a16_cuda.cluster_mode() is True
+    monkeypatch.setenv("COMPRESS_W4A16_PDL", "1")
+    assert w4a16_cuda.pdl_mode() == 1
+    monkeypatch.delenv("COMPRESS_W4A16_PDL")
+    assert w4a16_cuda.pdl_mode() == w4a16_cuda.PDL_DEFAULT
     monkeypatch.setenv("COMPRESS_W4A16_CLUSTER", "2")
     with pytest.raises(CompressError, match=r"COMPRESS_W4A16_CLUSTER='2' is not 0 or 1"):
         w4a16_cuda.cluster_mode()

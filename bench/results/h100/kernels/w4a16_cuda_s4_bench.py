@@ -434,8 +434,41 @@ def report(out: Path) -> None:
             if std:
                 lines += ["", f"Median over the {len(std)} standard Llama-3 shapes at M = {m}: new {statistics.median(std):.2f}x "
                           f"over fp16, old {statistics.median(prev):.2f}x (old: M <= 8 session-3 GEMV, M = 16 Triton).", ""]
+    if old and new:
+        lines += shipped(old, new)
     (out / "w4a16_cuda_s4.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+def shipped(old: dict, new: dict) -> list[str]:
+    """Per shape, the launcher's defaults as committed after this run: kernels/w4a16_cuda.TUNED's (variant, waves,
+    cluster) with PDL mode 2, read off the sweep (TUNED was picked from these same numbers: no separate run)."""
+    lines = []
+    for m, bucket in ((1, 8), (16, 16)):
+        lines += [f"## Launcher defaults after this run (TUNED + PDL mode 2), M = {m}", "",
+                  "| layer | config | us | GB/s | % read | vs fp16 | old vs fp16 |", "|---|---|---|---|---|---|---|"]
+        ratios, prev_ratios = [], []
+        for name, (n, k) in SHAPES.items():
+            if f"{name}|{m}" not in new["sweep"] or name not in old["shapes"]:
+                continue
+            v, w, cl = w4a16_cuda.TUNED[(n, k)][bucket]
+            r = new["sweep"][f"{name}|{m}"].get(key((v, w, 6 if cl else 2)))
+            if r is None:
+                continue
+            o = old["shapes"][name]
+            prev = o.get(f"old_m{m}") or o.get(f"triton_m{m}")
+            f16 = o[f"fp16_m{m}"]["us"]
+            lines.append(f"| {name} | {v} waves {w}{' cluster' if cl else ''} | {r['us']:.2f} | {r['gbs']:.0f} | "
+                         f"{100 * o['read']['us'] / r['us']:.0f} | {f16 / r['us']:.2f}x | "
+                         + (f"{f16 / prev['us']:.2f}x |" if prev else " |"))
+            if name in STANDARD:
+                ratios.append(f16 / r["us"])
+                if prev:
+                    prev_ratios.append(f16 / prev["us"])
+        if ratios:
+            lines += ["", f"Median over the {len(ratios)} standard Llama-3 shapes: {statistics.median(ratios):.2f}x over "
+                      f"fp16 F.linear (old: {statistics.median(prev_ratios):.2f}x; M = 16 old = Triton).", ""]
+    return lines
 
 
 if __name__ == "__main__":
