@@ -391,7 +391,8 @@ def report(out: Path) -> None:
     new = json.loads((out / "w4a16_cuda_s4_new.json").read_text()) if (out / "w4a16_cuda_s4_new.json").exists() else None
     e = (old or new)["env"]
     lines = [f"# W4A16 CUDA GEMV, decode-shaped timing (session 4) on {e['device']}", "",
-             f"Commands: `python3 bench/results/h100/kernels/w4a16_cuda_s4_bench.py $OUT old|new|report`, {e['date']}, "
+             f"Commands: `python3 bench/results/h100/kernels/w4a16_cuda_s4_bench.py $OUT old|new|report`; "
+             f"old section {old['env']['date'] if old else '-'}, new section {new['env']['date'] if new else '-'}; "
              f"torch {e['torch']}, CUDA {e['cuda']}, {e['sms']} SMs, L2 {e['l2_bytes'] / 2**20:.0f} MB."
              + (f" Copy bandwidth (read + write) {old['env']['copy_gbs']:.0f} GB/s." if old else ""), "",
              "Method: the script's docstring (rotating weight copies > 2.5x L2 in one CUDA graph, >= 120 calls, "
