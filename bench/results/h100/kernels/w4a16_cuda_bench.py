@@ -1,4 +1,7 @@
-"""W4A16 decode timings for the CUDA C++ GEMV (kernels/w4a16_cuda.py) against torch fp16 F.linear and the Triton
+"""Session 3's script, for the kernel as of commit 4f538cc (its build variants, `plan` and defaults); it does not
+run against the session-4 kernels/w4a16_cuda.py: use w4a16_cuda_s4_bench.py (see w4a16_cuda_s4_notes.md).
+
+W4A16 decode timings for the CUDA C++ GEMV (kernels/w4a16_cuda.py) against torch fp16 F.linear and the Triton
 launcher (kernels/w4a16.py) on Llama-3-8B / 70B layer shapes, M = 1, 2, 4, 8, 16. Run on the GPU from the repo root:
 
     python3 bench/results/h100/kernels/w4a16_cuda_bench.py OUT_DIR

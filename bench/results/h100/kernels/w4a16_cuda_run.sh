@@ -1,4 +1,5 @@
 #!/bin/bash
+# Session 3 (kernel as of commit 4f538cc); session 4 uses w4a16_cuda_s4_run.sh.
 # One device call for the CUDA C++ W4A16 GEMV (kernels/w4a16_cuda.py), from the repo root:
 #   1. build the build variants with nvcc (parallel; cached under $COMPRESS_KERNEL_CACHE)
 #   2. its GPU tests (tests/test_w4a16_cuda.py) against the plain-torch reference
