@@ -50,8 +50,9 @@ NEG = tl.constexpr(-1.0e30)  # "minus infinity" that stays finite (empty chunks 
 # returns when the predecessor grid has completed and its writes are visible; every program of every
 # such kernel calls it, so completion is transitive down the chain and no program reads or overwrites a
 # buffer an earlier kernel still uses. On by default; COMPRESS_DECODE_PDL=0 turns it off (A/B runs); never
-# on CPUs (the interpreter runs no inline asm) or before sm_90. H100, Llama-3-8B W8A8 batch-1 decode:
-# TPOT 3.502 -> 3.415 ms with it (bench/results/h100/e2e/session4_w8a8/).
+# on CPUs (the interpreter runs no inline asm) or before sm_90. H100, Llama-3-8B W8A8 batch-1 decode, TPOT
+# of session 3's kernels vs these, in one process: 3.502 -> 3.415 ms (3.639 ms with PDL off), and in a
+# second run 3.479 -> 3.393 ms (bench/results/h100/e2e/session4_w8a8/README.md).
 
 
 _CAPABILITY: dict[int, tuple[int, int]] = {}
@@ -69,28 +70,10 @@ def pdl_enabled(device: torch.device) -> bool:
     return _CAPABILITY[idx] >= (9, 0)
 
 
-def _pick(plain, with_pdl, device: torch.device, weights: torch.Tensor | None = None):
+def _pick(plain, with_pdl, device: torch.device):
     """(kernel, launch options) for a launch on `device`: each kernel that takes part exists twice, the
-    same body (`*_impl`, PDL a constexpr) behind its original signature and behind a `*_pdl` twin.
-    `weights`: the GEMVs' weight matrix, whose rows the PDL twin prefetches in bulk (16-byte aligned
-    addresses only; other weights take the plain kernel)."""
-    if not pdl_enabled(device) or (weights is not None and weights.data_ptr() % 16):
-        return plain, {}
-    return with_pdl, {"launch_pdl": True}
-
-
-@triton.jit
-def _prefetch_rows(w_ptr, offs_n, N, ROW_BYTES: tl.constexpr, BYTES: tl.constexpr):
-    """Ask L2 for the first min(BYTES, ROW_BYTES) bytes of weight rows offs_n (row-major, ROW_BYTES apart;
-    rows past N clamp to N - 1): one bulk prefetch per row (`cp.async.bulk.prefetch.L2`, sm_90; it needs
-    16-byte addresses and sizes, so rows whose length is not a multiple of 16 get none). A hint: no
-    registers held, nothing waited for."""
-    if ROW_BYTES % 16 == 0:
-        n = tl.minimum(offs_n, N - 1).to(tl.int64)
-        size = tl.full(offs_n.shape, min(BYTES, ROW_BYTES), tl.int32)
-        tl.inline_asm_elementwise("cp.async.bulk.prefetch.L2.global [$1], $2; // $0", "=r,l,r",
-                                  [w_ptr.to(tl.pointer_type(tl.int8), bitcast=True) + n * ROW_BYTES, size],
-                                  dtype=tl.int32, is_pure=False, pack=1)
+    same body (`*_impl`, PDL a constexpr) behind its original signature and behind a `*_pdl` twin."""
+    return (with_pdl, {"launch_pdl": True}) if pdl_enabled(device) else (plain, {})
 
 
 # ---- RoPE on one head, in registers ----------------------------------------------------------------
@@ -350,28 +333,36 @@ def _gemv_impl(x_ptr, w_ptr, y_ptr, N, K: tl.constexpr, BLOCK_N: tl.constexpr, B
     """y = x @ W^T for one row x. SILU_MUL: x_ptr holds [gate | up] (2K values) and x = silu(gate) * up,
     computed in fp32 and rounded to the activation dtype (the rounding of the separate glue kernel),
     so the MLP's elementwise step needs no launch of its own.
-    With PDL the program's first two tiles are prefetched into L2 before `gdc_wait` (as `_gemv_i8`)."""
+    Weight tiles are double-buffered as in `_gemv_i8` (the first two requested before `gdc_wait`)."""
     pid = tl.program_id(0)
-    offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
-    n_mask = offs_n < N
     if PDL:
         gdc_launch_dependents()
-        _prefetch_rows(w_ptr, offs_n, N, K * 2, BLOCK_K * 2 * 2)
-        gdc_wait()
+    offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
+    n_mask = offs_n < N
     rows = w_ptr + offs_n.to(tl.int64)[:, None] * K
+    # Weights stream through once: evict them first, so x stays cached for the other programs.
+    w = tl.load(rows + offs_k[None, :], mask=n_mask[:, None] & (offs_k < K)[None, :], other=0.0,
+                eviction_policy="evict_first")
+    nxt = BLOCK_K + offs_k
+    w_next = tl.load(rows + nxt[None, :], mask=n_mask[:, None] & (nxt < K)[None, :], other=0.0,
+                     eviction_policy="evict_first")
+    if PDL:
+        gdc_wait()
     acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
     for k0 in range(0, K, BLOCK_K):
         kk = k0 + offs_k
         k_mask = kk < K
-        # Weights stream through once: evict them first, so x stays cached for the other programs.
-        w = tl.load(rows + kk[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0, eviction_policy="evict_first")
         xk = tl.load(x_ptr + kk, mask=k_mask, other=0.0)
         if SILU_MUL:
             g = xk.to(tl.float32)
             u = tl.load(x_ptr + K + kk, mask=k_mask, other=0.0).to(tl.float32)
             xk = (g / (1.0 + tl.exp(-g)) * u).to(w.dtype)
         acc += w.to(tl.float32) * xk.to(tl.float32)[None, :]
+        w = w_next
+        nxt = kk + 2 * BLOCK_K
+        w_next = tl.load(rows + nxt[None, :], mask=n_mask[:, None] & (nxt < K)[None, :], other=0.0,
+                         eviction_policy="evict_first")
     y = tl.sum(acc, axis=1)
     tl.store(y_ptr + offs_n, y.to(y_ptr.dtype.element_ty), mask=n_mask)
 
@@ -406,7 +397,7 @@ def gemv(x: torch.Tensor, w: torch.Tensor, config: tuple[int, int, int] = GEMV_C
     y = torch.empty(1, n, dtype=x.dtype, device=x.device)
     bn, bk, warps = config
     bk = min(bk, triton.next_power_of_2(k))
-    kernel, opts = _pick(_gemv, _gemv_pdl, x.device, w)
+    kernel, opts = _pick(_gemv, _gemv_pdl, x.device)
     kernel[(triton.cdiv(n, bn),)](x, w, y, n, K=k, BLOCK_N=bn, BLOCK_K=bk, SILU_MUL=silu_mul, num_warps=warps, **opts)
     return y
 
@@ -729,7 +720,8 @@ def _x_float_words(x_ptr, ww, byte, w_mask, K: tl.constexpr, SILU: tl.constexpr)
 
 @triton.jit
 def _gemv_i8_impl(xq_ptr, xs_ptr, w_ptr, ws_ptr, y_ptr, N, KW: tl.constexpr, BLOCK_N: tl.constexpr,
-                  BLOCK_W: tl.constexpr, USE_ASM: tl.constexpr, X_FLOAT: tl.constexpr, SILU: tl.constexpr, PDL: tl.constexpr):
+                  BLOCK_W: tl.constexpr, USE_ASM: tl.constexpr, X_FLOAT: tl.constexpr, SILU: tl.constexpr,
+                  PDL: tl.constexpr):
     """y[n] = (sum_k q_w[n,k] q_x[k]) * s_w[n] * s_x for one token, the W8A8 math of kernels/w8a8.py
     (exact int32 products and sums, then the same fp32 scaling). Weights and activations are read as
     int32 words of 4 bytes (KW = K / 4 words); the 4 products of a word pair are one dp4a on the GPU
@@ -739,38 +731,45 @@ def _gemv_i8_impl(xq_ptr, xs_ptr, w_ptr, ws_ptr, y_ptr, N, KW: tl.constexpr, BLO
     SILU (with X_FLOAT): xq_ptr holds [gate | up] and x = silu(gate) * up (the down projection: the
     separate silu * up + quantize launch, 6.6 us per layer on the H100 at K = 14336, disappears).
 
-    One weight tile per loop step, as session 3's kernel (a register double buffer measured slower on the
-    H100: session4_w8a8/README.md). With PDL, the program's first two tiles are prefetched into L2
-    (`_prefetch_rows`) before `gdc_wait`: weights are never written during a decode step, so they stream
-    in while the kernel before this one (norm, attention, another GEMV) still runs."""
+    The weight tiles are double-buffered in registers: tile i + 1 is requested before tile i is summed,
+    and tile i + 2 right after, so loads stay in flight while the activation words of a tile go through
+    shared memory (a layout change with a barrier, which used to hold the next tile's loads back: one
+    tile in flight per program, and none during the barrier). The first two tiles are requested before
+    `gdc_wait` (PDL): weights are never written during a decode step, so with PDL they stream in while
+    the kernels before this one (norm, attention) still run. Measured on the H100 (session4_w8a8/): without
+    PDL this loop is slower than session 3's one tile per step; with PDL it is the fastest tried (session
+    3's loop with PDL and an L2 prefetch of the first tiles instead: TPOT 3.661 vs 3.393 ms)."""
     pid = tl.program_id(0)
-    offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
-    n_mask = offs_n < N
     if PDL:
         gdc_launch_dependents()
-        _prefetch_rows(w_ptr, offs_n, N, KW * 4, BLOCK_W * 4 * 2)
-        gdc_wait()
+    offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_w = tl.arange(0, BLOCK_W)
+    n_mask = offs_n < N
     rows = w_ptr + offs_n.to(tl.int64)[:, None] * KW
     byte = tl.arange(0, 4)
+    w = tl.load(rows + offs_w[None, :], mask=n_mask[:, None] & (offs_w < KW)[None, :], other=0,
+                eviction_policy="evict_first")
+    nxt = BLOCK_W + offs_w
+    w_next = tl.load(rows + nxt[None, :], mask=n_mask[:, None] & (nxt < KW)[None, :], other=0,
+                     eviction_policy="evict_first")
+    if PDL:
+        gdc_wait()
     if X_FLOAT:
         amax = tl.zeros([BLOCK_W, 4], tl.float32)
         for w0 in range(0, KW, BLOCK_W):
             ww = w0 + offs_w
             amax = tl.maximum(amax, tl.abs(_x_float_words(xq_ptr, ww, byte, ww < KW, KW * 4, SILU)))
         sx = tl.math.div_rn(tl.maximum(tl.max(tl.max(amax, axis=1), axis=0), 1e-8), 127.0)
+        inv_sx = 1.0 / sx.to(tl.float64)
     else:
         sx = tl.load(xs_ptr)
     acc = tl.zeros([BLOCK_N, BLOCK_W], tl.int32)
     for w0 in range(0, KW, BLOCK_W):
         ww = w0 + offs_w
         w_mask = ww < KW
-        w = tl.load(rows + ww[None, :], mask=n_mask[:, None] & w_mask[None, :], other=0, eviction_policy="evict_first")
         if X_FLOAT:
-            # An IEEE division per element here, not `_int8_codes`' fp64 product: at K = 14336 the fp64
-            # conversions cost the down projection ~4 us on the H100 (session4_w8a8/README.md).
             xv = _x_float_words(xq_ptr, ww, byte, w_mask, KW * 4, SILU)
-            q = tl.minimum(tl.maximum(_round_half_even(tl.math.div_rn(xv, sx)), -127.0), 127.0).to(tl.int32)
+            q = _int8_codes(xv, inv_sx).to(tl.int32)
             x = tl.sum((q & 0xFF) << (byte * 8)[None, :], axis=1)  # 4 int8 -> one int32 word (disjoint bits)
         else:
             x = tl.load(xq_ptr + ww, mask=w_mask, other=0)
@@ -780,6 +779,12 @@ def _gemv_i8_impl(xq_ptr, xs_ptr, w_ptr, ws_ptr, y_ptr, N, KW: tl.constexpr, BLO
         else:
             for i in tl.static_range(4):
                 acc += _sbyte(w, i) * _sbyte(xb, i)
+        # Tile i is summed: its registers take tile i + 2, so tile i + 1 (requested one iteration ago)
+        # and tile i + 2 are in flight while tile i + 1 is summed.
+        w = w_next
+        nxt = ww + 2 * BLOCK_W
+        w_next = tl.load(rows + nxt[None, :], mask=n_mask[:, None] & (nxt < KW)[None, :], other=0,
+                         eviction_policy="evict_first")
     tot = tl.sum(acc, axis=1)
     sw = tl.load(ws_ptr + offs_n, mask=n_mask, other=0.0)
     y = tot.to(tl.float32) * sw * sx
@@ -820,7 +825,7 @@ def gemv_i8(xq: torch.Tensor, xs: torch.Tensor | None, w: torch.Tensor, w_scale:
     kw = k // 4
     bw = min(bw, triton.next_power_of_2(kw))
     interp = os.environ.get("TRITON_INTERPRET", "0") == "1"  # the CPU interpreter runs no inline asm
-    kernel, opts = _pick(_gemv_i8, _gemv_i8_pdl, w.device, w)
+    kernel, opts = _pick(_gemv_i8, _gemv_i8_pdl, w.device)
     kernel[(triton.cdiv(n, bn),)](xq if x_float else xq.view(torch.int32), w_scale if x_float else xs,
                                   w.view(torch.int32), w_scale.reshape(-1), y, n, KW=kw, BLOCK_N=bn, BLOCK_W=bw,
                                   USE_ASM=not interp, X_FLOAT=x_float, SILU=silu_mul, num_warps=warps, **opts)
