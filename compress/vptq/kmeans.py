@@ -24,6 +24,48 @@ def _chunk_rows(device: torch.device, k: int) -> int:
     return max(1, _CHUNK_ELEMS.get(device.type, 2**24) // k)
 
 
+# Block width of _row_max: a divisor of every power-of-two codebook size from 64 up.
+_MAX_BLOCK = 64
+
+
+def _row_max(score: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """score.max(dim=1) bit for bit (values, and the FIRST index among equal maxima), faster on CPU.
+
+    Why: on CPU `max(dim=1)` with indices is a scalar loop, ~5-10x slower than the vectorised `amax`
+    (1.2-1.6 vs 0.17-0.5 s per 2^30 elements, 2 shared cores), and it was most of a k-means step. So:
+    amax per block of 64 columns, amax of those, the first block holding the row max, and the first
+    position of the max inside that block; all exact comparisons, so ties resolve as max(dim=1) does.
+    (A row with NaN is not supported: scores here are finite.)"""
+    rows, k = score.shape
+    if k % _MAX_BLOCK or k < 8 * _MAX_BLOCK or score.device.type != "cpu":
+        return score.max(dim=1)  # small k (residual codebooks): max(dim) is as fast (0.28 vs 0.51 ms at 1536 x 128)
+    blocks = score.view(rows, k // _MAX_BLOCK, _MAX_BLOCK)
+    block_max = blocks.amax(2)  # (rows, k / 64)
+    best = block_max.amax(1)
+    first = (block_max == best[:, None]).to(torch.uint8).argmax(1)  # argmax returns the first maximal index
+    inner = blocks[torch.arange(rows, device=score.device), first].argmax(1)
+    return best, first * _MAX_BLOCK + inner
+
+
+def _row_topk(score: torch.Tensor, m: int) -> torch.Tensor:
+    """Indices of the m largest scores per row, largest first: the values torch.topk returns, faster on CPU.
+
+    Why: topk over 4096 columns for the ~100 rows of one column of the fit took ~7 ms of its ~10 ms (one
+    CPU thread). The m largest lie in the m blocks of 64 with the largest block maxima (any other block's
+    max is below m larger elements), so topk runs on block maxima and then on m * 64 candidates. The same
+    multiset of values as torch.topk; among exactly equal scores (duplicate centroids) the index chosen
+    may differ, which decodes to the same weights."""
+    rows, k = score.shape
+    nb = k // _MAX_BLOCK
+    if k % _MAX_BLOCK or nb <= 2 * m or score.device.type != "cpu":
+        return score.topk(m, dim=1).indices
+    blocks = score.view(rows, nb, _MAX_BLOCK)
+    top_blocks = blocks.amax(2).topk(m, dim=1).indices  # (rows, m)
+    cand = blocks.gather(1, top_blocks[:, :, None].expand(-1, -1, _MAX_BLOCK)).reshape(rows, m * _MAX_BLOCK)
+    pos = cand.topk(m, dim=1).indices
+    return top_blocks.gather(1, pos // _MAX_BLOCK) * _MAX_BLOCK + pos % _MAX_BLOCK
+
+
 class CodebookSearch:
     """Nearest-centroid search against one codebook, with the codebook-side operands prepared once.
 
@@ -42,9 +84,9 @@ class CodebookSearch:
     def index(self, x: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
         """Only the nearest index (the per-column hot loop of the fit): one product and one argmax."""
         if weights is None or weights.dim() == 1:
-            return torch.addmm(self.neg_norms, x, self.ct, alpha=2.0).argmax(dim=1)
+            return _row_max(torch.addmm(self.neg_norms, x, self.ct, alpha=2.0))[1]
         wx = weights * x
-        return (torch.cat([2 * wx, -weights], dim=1) @ self.cat_t).argmax(dim=1)
+        return _row_max(torch.cat([2 * wx, -weights], dim=1) @ self.cat_t)[1]
 
     def topk(self, x: torch.Tensor, weights: torch.Tensor | None, m: int) -> torch.Tensor:
         """The m nearest indices (G, m), nearest first."""
@@ -52,7 +94,7 @@ class CodebookSearch:
             score = torch.addmm(self.neg_norms, x, self.ct, alpha=2.0)
         else:
             score = torch.cat([2 * weights * x, -weights], dim=1) @ self.cat_t
-        return score.topk(m, dim=1).indices
+        return _row_topk(score, m)
 
     def __call__(self, x: torch.Tensor, weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """x (n, v) float32; weights None, (n,) per vector (same argmin as plain L2) or (n, v) per element.
@@ -73,7 +115,7 @@ class CodebookSearch:
                 wx = ws * xs
                 score = torch.cat([2 * wx, -ws], dim=1) @ self.cat_t  # (rows, k)
                 base = (wx * xs).sum(1)
-            best, arg = score.max(dim=1)
+            best, arg = _row_max(score)
             idx[lo : lo + rows] = arg
             dist[lo : lo + rows] = (base - best).clamp_min(0)
         return idx, dist
