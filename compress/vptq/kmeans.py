@@ -42,9 +42,17 @@ def _row_max(score: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     blocks = score.view(rows, k // _MAX_BLOCK, _MAX_BLOCK)
     block_max = blocks.amax(2)  # (rows, k / 64)
     best = block_max.amax(1)
-    first = (block_max == best[:, None]).to(torch.uint8).argmax(1)  # argmax returns the first maximal index
-    inner = blocks[torch.arange(rows, device=score.device), first].argmax(1)
+    first = _first_true(block_max == best[:, None])  # the first block holding the row max
+    inner = _first_true(blocks[torch.arange(rows, device=score.device), first] == best[:, None])
     return best, first * _MAX_BLOCK + inner
+
+
+def _first_true(mask: torch.Tensor) -> torch.Tensor:
+    """Column of the first True per row (each row has one): an amax over mask * (m, m-1, ..., 1), because
+    argmax is a scalar loop on CPU (~9 ms vs <1 ms for a 4096 x 64 mask)."""
+    m = mask.shape[1]
+    rev = torch.arange(m, 0, -1, dtype=torch.int32, device=mask.device)
+    return m - (mask * rev).amax(1).long()
 
 
 def _row_topk(score: torch.Tensor, m: int) -> torch.Tensor:
@@ -105,15 +113,19 @@ class CodebookSearch:
         rows = _chunk_rows(x.device, self.k)
         idx = torch.empty(x.shape[0], dtype=torch.int64, device=x.device)
         dist = torch.empty(x.shape[0], dtype=torch.float32, device=x.device)
+        # One score buffer for all chunks: a fresh 64 MB tensor per chunk is fresh pages on CPU, which
+        # doubled the product's time (52 vs 24 ms at 4096 x 16 x 4096, same bits).
+        buf = torch.empty(min(rows, x.shape[0]), self.k, device=x.device)
         for lo in range(0, x.shape[0], rows):
             xs = x[lo : lo + rows]
+            score = buf[: xs.shape[0]]  # (rows, k)
             if weights is None:
-                score = torch.addmm(self.neg_norms, xs, self.ct, alpha=2.0)  # (rows, k)
+                torch.addmm(self.neg_norms, xs, self.ct, alpha=2.0, out=score)
                 base = (xs * xs).sum(1)
             else:
                 ws = weights[lo : lo + rows]
                 wx = ws * xs
-                score = torch.cat([2 * wx, -ws], dim=1) @ self.cat_t  # (rows, k)
+                torch.mm(torch.cat([2 * wx, -ws], dim=1), self.cat_t, out=score)
                 base = (wx * xs).sum(1)
             best, arg = _row_max(score)
             idx[lo : lo + rows] = arg
