@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-ASSETS = ROOT.parent / "shared" / "assets"
+# COMPRESS_TEST_ASSETS: the same layout elsewhere (the GPU machine gets a copy carried beside the tree)
+ASSETS = Path(os.environ.get("COMPRESS_TEST_ASSETS") or ROOT.parent / "shared" / "assets")
 STORIES = ASSETS / "models" / "stories260K"
 CORPORA = ASSETS / "corpora"
 

@@ -12,8 +12,9 @@ from typer.testing import CliRunner
 from compress.bench.e2e import e2e, run_e2e
 from compress.bench.e2e_workloads import WORKLOADS, parse_workloads
 from compress.errors import CompressError
+from tests.conftest import STORIES as STORIES_DIR
 
-STORIES = "../shared/assets/models/stories260K"
+STORIES = str(STORIES_DIR)
 
 
 @pytest.fixture(scope="module")

@@ -18,8 +18,9 @@ import kernels  # noqa: F401  (first: on CPU it turns Triton's interpreter on be
 import compress.runtime as rt
 from compress.errors import CompressError
 from compress.runtime.ct_pack import pack_int32, unpack_int32
+from tests.conftest import STORIES as STORIES_DIR
 
-STORIES = "../shared/assets/models/stories260K"
+STORIES = str(STORIES_DIR)
 
 SCHEMES = {
     "w4a16_g128": "W4A16",
@@ -393,10 +394,11 @@ def test_vptq_checkpoint_matches_its_reference_loader_and_kernel(checkpoints, tm
     q0, q1 = (ours.get_submodule(f"model.layers.{i}.self_attn.q_proj") for i in (0, 1))
     assert q0.vq_codebook.data_ptr() == q1.vq_codebook.data_ptr()
     assert _rel(_logits(ours, ids), _logits(vptq_checkpoint.load(out), ids)) < 1e-5
-    if _interpreter_works():  # the fused GEMV path (M <= 4), one layer
-        ker = rt.load(out, device="cpu", dtype="float16", backend="kernel")
+    if _interpreter_works():  # the fused GEMV path (M <= 4), one layer: compiled on a GPU, interpreted on a CPU
+        dev = "cuda" if torch.cuda.is_available() else "cpu"
+        ker = rt.load(out, device=dev, dtype="float16", backend="kernel")
         mod = ker.get_submodule("model.layers.1.mlp.down_proj")
-        x = torch.randn(2, mod.in_features, generator=torch.Generator().manual_seed(9)).half()
+        x = torch.randn(2, mod.in_features, generator=torch.Generator().manual_seed(9)).half().to(dev)
         y = mod(x)
         with rt.reference_backend(mod):
             r = mod(x)

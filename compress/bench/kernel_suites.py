@@ -115,7 +115,7 @@ def _path(cfg: dict) -> str:
 
 
 def _ours_w4a16(x, p, gs: int, ref: torch.Tensor | None) -> dict:
-    """Our W4A16 paths on one call: the Triton launcher, and the CUDA C++ GEMV where it covers M (<= 8) and built.
+    """Our W4A16 paths on one call: the Triton launcher, and the CUDA C++ GEMV where it covers M (<= 16) and built.
     kernel_ms is the faster of the two (the runtime's PathTable makes the same choice); rel_err the worse."""
     from kernels import w4a16_cuda
     from kernels.w4a16 import _config, w4a16_linear
