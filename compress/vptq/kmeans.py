@@ -206,7 +206,16 @@ def weighted_kmeans(
     if k <= _PP_MAX_K and n > k:
         # Seeding on at most 16 samples per centroid: the seeds only need to cover the distribution.
         sub = torch.randperm(n, generator=gen)[: 16 * k].sort().values.to(x.device) if n > 16 * k else slice(None)
-        c = _kmeanspp_init(x[sub], w[sub], k, gen)
+        threads = torch.get_num_threads()
+        if x.device.type == "cpu":
+            # One thread: k sequential steps of small ops (65536 x 8 for k = 4096), where waiting for a
+            # second thread costs more than it saves (58-225 s of 4096 steps with 2 threads on the shared
+            # 2-core box). Every op here is elementwise or per row, so the bits do not depend on threads.
+            torch.set_num_threads(1)
+        try:
+            c = _kmeanspp_init(x[sub], w[sub], k, gen)
+        finally:
+            torch.set_num_threads(threads)
     else:
         # Distinct data points (repeated only if n < k; those spares start dead and get re-seeded).
         pick = torch.randperm(n, generator=gen)[: min(n, k)]
