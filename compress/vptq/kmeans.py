@@ -113,21 +113,19 @@ class CodebookSearch:
         rows = _chunk_rows(x.device, self.k)
         idx = torch.empty(x.shape[0], dtype=torch.int64, device=x.device)
         dist = torch.empty(x.shape[0], dtype=torch.float32, device=x.device)
-        # One score buffer for all chunks: a fresh 64 MB tensor per chunk is fresh pages on CPU, which
-        # doubled the product's time (52 vs 24 ms at 4096 x 16 x 4096, same bits).
-        buf = torch.empty(min(rows, x.shape[0]), self.k, device=x.device)
         for lo in range(0, x.shape[0], rows):
             xs = x[lo : lo + rows]
-            score = buf[: xs.shape[0]]  # (rows, k)
             if weights is None:
-                torch.addmm(self.neg_norms, xs, self.ct, alpha=2.0, out=score)
+                score = torch.addmm(self.neg_norms, xs, self.ct, alpha=2.0)  # (rows, k)
                 base = (xs * xs).sum(1)
             else:
                 ws = weights[lo : lo + rows]
                 wx = ws * xs
-                torch.mm(torch.cat([2 * wx, -ws], dim=1), self.cat_t, out=score)
+                score = torch.cat([2 * wx, -ws], dim=1) @ self.cat_t  # (rows, k)
                 base = (wx * xs).sum(1)
-            best, arg = _row_max(score)
+            # Plain max here: with _row_max and a reused score buffer the real k-means steps were ~2x
+            # SLOWER on the shared box (109 vs 40-65 s for 3 steps, NOTES.md), though microbenchmarks said faster.
+            best, arg = score.max(dim=1)
             idx[lo : lo + rows] = arg
             dist[lo : lo + rows] = (base - best).clamp_min(0)
         return idx, dist
