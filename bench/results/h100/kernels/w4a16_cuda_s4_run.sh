@@ -1,4 +1,5 @@
 #!/bin/bash
+# Needs the earlier sources from git history first: `bash bench/results/baselines.sh` here, then carry the paths it prints.
 # One device call for the W4A16 CUDA GEMV, session 4, from the repo root (kind nvidia-h100-x1):
 #   1. build every variant of kernels/csrc/w4a16_gemv.cu, session 3's kernel (w4a16_cuda_s4_old.cu) and the read
 #      reference with nvcc (parallel; cached under $COMPRESS_KERNEL_CACHE)

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Needs the earlier sources from git history first: `bash bench/results/baselines.sh` here, then carry the paths it prints.
 # Session 4, W8A8 decode helper: device call 1 (H100). Usage (repository root): bash THIS_FILE OUTDIR
 # 1. before vs now in one process on the synthetic Llama-3-8B W8A8 (ab_e2e.py: e2e decode_bound, 3 runs each,
 #    profile of one decode step); 2. the int8 GEMV tilings and the layer launch sequence as graph replays

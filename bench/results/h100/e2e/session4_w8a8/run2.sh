@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Needs the earlier sources from git history first: `bash bench/results/baselines.sh` here, then carry the paths it prints.
 # Session 4, W8A8 decode helper: device call 2 (H100). Usage (repository root): bash THIS_FILE OUTDIR
 # 1. before vs call 1's code vs now, one process (ab_e2e.py: e2e decode_bound, 3 runs each, profile);
 # 2. the e2e benchmark as issue 5 states it (w8a8 + fp16, decode_bound, 3 runs, profile) with the faster of
