@@ -196,19 +196,20 @@ def measure(args, name: str, seed: int, docs, device: str, progress, oneshot_fir
 
 
 def same_tensors(a: Path, b: Path) -> bool:
-    """Both checkpoints store exactly the same tensors (names, dtypes, shapes, bytes) in their safetensors files."""
+    """Both checkpoints store exactly the same model tensors (names, dtypes, shapes, bytes); kernel packs aside."""
     from safetensors import safe_open
 
-    def tensors(folder: Path) -> dict:
-        out = {}
-        for f in sorted(folder.glob("model*.safetensors")):
-            with safe_open(f, "pt") as h:
-                out.update({k: h.get_tensor(k) for k in h.keys()})
-        return out
+    from compress.checkpoint import _stored_tensors
 
-    x, y = tensors(a), tensors(b)
-    return bool(x) and x.keys() == y.keys() and all(
-        x[k].dtype == y[k].dtype and x[k].shape == y[k].shape and torch.equal(x[k], y[k]) for k in x)
+    ia, ib = _stored_tensors(a), _stored_tensors(b)  # tensor name -> file, the loader's own index
+    if not ia or ia.keys() != ib.keys():
+        return False
+    for k in ia:  # one pair at a time: no whole model held twice
+        with safe_open(ia[k], "pt") as fa, safe_open(ib[k], "pt") as fb:
+            x, y = fa.get_tensor(k), fb.get_tensor(k)
+        if x.dtype != y.dtype or x.shape != y.shape or not torch.equal(x, y):
+            return False
+    return True
 
 
 def render(doc: dict) -> str:
