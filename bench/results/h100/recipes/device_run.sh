@@ -6,18 +6,7 @@
 # SCRIPT=bench/calibration_layouts.py runs that bench instead (same --model/--out arguments).
 set -euo pipefail
 out=$1; shift
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site:$PWD COMPRESS_DATA_DIR=$PWD/.data HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
-gguf=/tmp/smol/SmolLM2-135M-Instruct.Q4_1.gguf
-test -f $gguf || cat /tmp/smol/a .blob_b/part > $gguf
+source bench/results/h100/recipes/smollm2_setup.sh
 sha256sum $gguf
-# The GGUF is dequantized once into a bf16 HF folder: both arms then load the same weights fast.
-test -f /tmp/smol-hf/model.safetensors || python3 - <<'PY'
-import torch
-from compress.model_source import load_model, load_tokenizer, resolve_model
-src = resolve_model("/tmp/smol/SmolLM2-135M-Instruct.Q4_1.gguf")
-m, t = load_model(src, "cpu"), load_tokenizer(src)
-m.to(torch.bfloat16).save_pretrained("/tmp/smol-hf"); t.save_pretrained("/tmp/smol-hf")
-PY
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 "${SCRIPT:-bench/recipes_vs_oneshot.py}" --model /tmp/smol-hf --out "$out" "$@" 2>&1 | grep -v "it/s\]" 

@@ -8,18 +8,8 @@
 set -euo pipefail
 out=$1; fp8_seeds=$2; shift 2
 mkdir -p "$out"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site:$PWD COMPRESS_DATA_DIR=$PWD/.data HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
-gguf=/tmp/smol/SmolLM2-135M-Instruct.Q4_1.gguf
-test -f $gguf || cat /tmp/smol/a .blob_b/part > $gguf
+source bench/results/h100/recipes/smollm2_setup.sh
 sha256sum $gguf | tee "$out/gguf.sha256"
-test -f /tmp/smol-hf/model.safetensors || python3 - <<'PY'
-import torch
-from compress.model_source import load_model, load_tokenizer, resolve_model
-src = resolve_model("/tmp/smol/SmolLM2-135M-Instruct.Q4_1.gguf")
-m, t = load_model(src, "cpu"), load_tokenizer(src)
-m.to(torch.bfloat16).save_pretrained("/tmp/smol-hf"); t.save_pretrained("/tmp/smol-hf")
-PY
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 git rev-parse HEAD > "$out/commit.txt" 2>/dev/null || true
 if [ -n "$fp8_seeds" ]; then

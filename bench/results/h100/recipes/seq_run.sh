@@ -2,23 +2,13 @@
 # Session-4 driver on the lent GPU machine: recipes_vs_oneshot.py for the given recipes and seeds, one process,
 # under an inner time limit so the call always returns its log. Every finished row is a "ROW {json}" line in
 # the log; `python bench/recipes_vs_oneshot.py --merge-log LOG... --out DIR` rebuilds the table from them.
-# Set-up as device_run.sh (wheels, the SmolLM2 GGUF from its two halves, a bf16 HF folder).
+# Set-up: smollm2_setup.sh (wheels, the SmolLM2 GGUF from its two halves, a bf16 HF folder).
 # Usage: LIMIT=560 bash bench/results/h100/recipes/seq_run.sh OUT_DIR [bench args: --recipes ... --seeds ... --no-warmup]
 set -uo pipefail
 out=$1; shift
 mkdir -p "$out"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site:$PWD COMPRESS_DATA_DIR=$PWD/.data HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
-gguf=/tmp/smol/SmolLM2-135M-Instruct.Q4_1.gguf
-test -f $gguf || cat /tmp/smol/a .blob_b/part > $gguf
+source bench/results/h100/recipes/smollm2_setup.sh
 sha256sum $gguf > "$out/gguf.sha256"
-test -f /tmp/smol-hf/model.safetensors || python3 - <<'PY'
-import torch
-from compress.model_source import load_model, load_tokenizer, resolve_model
-src = resolve_model("/tmp/smol/SmolLM2-135M-Instruct.Q4_1.gguf")
-m, t = load_model(src, "cpu"), load_tokenizer(src)
-m.to(torch.bfloat16).save_pretrained("/tmp/smol-hf"); t.save_pretrained("/tmp/smol-hf")
-PY
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$out/gpu.txt"
 timeout "${LIMIT:-560}" python3 bench/recipes_vs_oneshot.py --model /tmp/smol-hf --out "$out/run" "$@" 2>&1 \
   | grep -v "it/s\]\|examples/s\]\|Grid search\| INFO \| METRIC " > "$out/run.log"
