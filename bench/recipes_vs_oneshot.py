@@ -83,6 +83,8 @@ def main():
     ap.add_argument("--max-windows", type=int, default=None)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--no-warmup", action="store_true")
+    ap.add_argument("--batch-size", type=int, default=None,
+                    help="compress's calibration batch size (default: its automatic size); 1 feeds llmcompressor what oneshot builds")
     ap.add_argument("--oneshot-data", choices=("same", "own"), default="same",
                     help="same: oneshot gets exactly the documents compress calibrates on (default); own: oneshot draws "
                          "its own from the whole corpus with its RandomSampler seeded by --seeds")
@@ -168,7 +170,7 @@ def measure(args, name: str, seed: int, docs, device: str, progress, oneshot_fir
     if oneshot_first:  # alternate which arm runs first, so warm caches and clocks favour neither
         their_wall, violations = theirs_arm()
     res = run(RunOptions(name, args.model, "c4", args.num_samples, args.seq_len, ours_dir, seed, device, True,
-                         "wikitext2", args.eval_seq_len, args.max_windows), progress)
+                         "wikitext2", args.eval_seq_len, args.max_windows, batch_size=getattr(args, "batch_size", None)), progress)
     r = res.report
     ours_wall = sum(v for k, v in r["timings_s"].items() if "perplexity" not in k)
     if not oneshot_first:

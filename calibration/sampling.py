@@ -100,6 +100,26 @@ def auto_batch_size(num_samples: int, seq_len: int) -> int:
     return max(1, min(num_samples, TOKENS_PER_BATCH // seq_len))
 
 
+def parse_batch_size(value: int | str | None) -> int | str:
+    """--batch-size / calibration.batch_size: None -> 1 (the default), "auto", or a positive integer.
+
+    Why 1 is the default: llmcompressor's `oneshot` runs one sample per forward pass, and GPTQ's rounding
+    follows float summation order, so any other batching gives another (not a better or worse) checkpoint;
+    with 1, a run writes exactly oneshot's bytes from the same documents. "auto" (about 8192 tokens per pass)
+    is the fast choice: same math, other rounding (measured on an H100: AWQ up to 9x faster)."""
+    if value is None:
+        return 1
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return "auto"
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        n = 0
+    if n < 1 or (isinstance(value, str) and not value.strip().isdigit()):
+        raise CompressError(f"--batch-size {value!r}: give a positive integer (1, the default, reproduces oneshot) or 'auto'")
+    return n
+
+
 WINDOW_LAYOUTS = ("documents", "stream")
 
 
@@ -189,7 +209,7 @@ def calibration_documents(docs: Documents, tokenizer, num_samples: int, seed: in
 
 
 def build_calibration_set(
-    docs: Documents, tokenizer, num_samples: int, seq_len: int, seed: int, batch_size: int | None = None,
+    docs: Documents, tokenizer, num_samples: int, seq_len: int, seed: int, batch_size: int | str | None = None,
     layout: str = "documents",
 ) -> CalibrationSet:
     """Shuffle documents by `seed`, then `num_samples` samples of at most `seq_len` tokens. `layout`
@@ -200,8 +220,7 @@ def build_calibration_set(
         raise CompressError(f"--num-samples must be at least 1, got {num_samples}")
     if seq_len < 2:
         raise CompressError(f"--seq-len must be at least 2, got {seq_len}")
-    if batch_size is not None and batch_size < 1:
-        raise CompressError(f"--batch-size must be at least 1, got {batch_size}: give a positive number, or leave it out for the automatic size")
+    batch_size = parse_batch_size(batch_size)
     if layout not in WINDOW_LAYOUTS:
         raise CompressError(f"unknown calibration window layout '{layout}': use one of {', '.join(WINDOW_LAYOUTS)}")
     texts = _render(docs, tokenizer)
@@ -219,7 +238,7 @@ def build_calibration_set(
             "lower --seq-len or use a larger dataset"
         )
     notes = []
-    batch_size = batch_size or auto_batch_size(num_samples, seq_len)
+    batch_size = auto_batch_size(num_samples, seq_len) if batch_size == "auto" else batch_size
     if layout == "documents":
         rows = _document_samples(tokenized, num_samples, seq_len, _bos_prefix(tokenizer))
         if len(rows) < num_samples:

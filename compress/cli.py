@@ -77,7 +77,7 @@ def run(
     text_column: Annotated[Optional[str], typer.Option(help="Column of a .jsonl/.parquet dataset holding the text (default: text, or chat messages).")] = None,
     skip_unfit_layers: Annotated[bool, typer.Option("--skip-unfit-layers", help="Leave layers whose shape does not fit the scheme uncompressed instead of failing.")] = False,
     pack: Annotated[Optional[list[str]], typer.Option(help="Also write the layout a bundled kernel reads, beside the standard checkpoint: sparse24 (2:4 recipes), w4a16 (int4 recipes). Repeatable.")] = None,
-    batch_size: Annotated[Optional[int], typer.Option(help="Calibration samples per forward pass (only samples of equal length share one). Default: the recipe's, else about 8192 tokens' worth (16 at --seq-len 512). 1 reproduces llmcompressor's oneshot on the same documents bit for bit; larger is faster, same math, other float rounding.")] = None,
+    batch_size: Annotated[Optional[str], typer.Option(help="Calibration samples per forward pass: a number, or 'auto' (about 8192 tokens' worth; only samples of equal length share a pass). Default: the recipe's, else 1, which writes exactly the bytes llmcompressor's oneshot writes from the same documents. 'auto' is faster (AWQ up to 9x on an H100): same math, other float rounding.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the run summary as JSON on stdout.")] = False,
 ):
     """Compress a model with a recipe, write the checkpoint atomically, and gate it on perplexity.

@@ -47,7 +47,7 @@ class RunOptions:
     text_column: str | None = None
     skip_unfit_layers: bool = False
     pack: list[str] = field(default_factory=list)
-    batch_size: int | None = None
+    batch_size: int | str | None = None  # None: the recipe's, else 1; "auto": ~8192 tokens per pass
 
 
 @dataclass

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from compress import compat  # noqa: F401 - quiets llmcompressor's logger before its import
 from compress.errors import CompressError
@@ -35,11 +35,20 @@ class CalibrationSection(BaseModel):
     num_samples: int = Field(128, ge=1)
     seq_len: int = Field(512, ge=2)
     text_column: str | None = None
-    batch_size: int | None = Field(None, ge=1)  # None: auto, about 8192 tokens per forward pass
+    # Samples per forward pass. None (default): 1, so llmcompressor gets exactly what its own `oneshot`
+    # builds and writes the same bytes; "auto": about 8192 tokens per pass (faster, other float rounding).
+    batch_size: int | str | None = None
     # How samples are cut from the documents (calibration/sampling.py): "documents" = one sample per
     # document, its first seq_len tokens (measured better for GPTQ); "stream" = windows of exactly seq_len
     # tokens cut from the joined documents.
     window_layout: Literal["documents", "stream"] = "documents"
+
+    @field_validator("batch_size", mode="before")
+    @classmethod
+    def _batch_size(cls, v):
+        if v is None or v == "auto" or (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
+            return v
+        raise ValueError(f"batch_size {v!r}: give a positive integer (1 reproduces oneshot) or 'auto'")
 
 
 class ExportSection(BaseModel):

@@ -85,9 +85,13 @@ def test_dataloader_batches_windows_in_order_without_padding(stories_tokenizer):
     assert cal.record()["batch_size"] == 4
     assert auto_batch_size(128, 512) == 16 and auto_batch_size(128, 2048) == 4 and auto_batch_size(3, 512) == 3
     assert auto_batch_size(8, 16384) == 1
-    assert build_calibration_set(docs, stories_tokenizer, 8, 64, seed=1).batch_size == 8
-    with pytest.raises(CompressError, match="--batch-size must be at least 1, got 0"):
-        build_calibration_set(docs, stories_tokenizer, 8, 64, seed=1, batch_size=0)
+    # default 1 (oneshot's bytes); "auto" sizes batches to ~8192 tokens; anything else is a one-line error
+    assert build_calibration_set(docs, stories_tokenizer, 8, 64, seed=1).batch_size == 1
+    assert build_calibration_set(docs, stories_tokenizer, 8, 64, seed=1, batch_size="auto").batch_size == 8
+    assert build_calibration_set(docs, stories_tokenizer, 8, 64, seed=1, batch_size="3").batch_size == 3
+    for bad in (0, -2, "0", "fast", "2.5"):
+        with pytest.raises(CompressError, match=r"--batch-size .*positive integer .* or 'auto'"):
+            build_calibration_set(docs, stories_tokenizer, 8, 64, seed=1, batch_size=bad)
 
 
 def test_short_stream_draws_overlapping_windows_and_says_so(tmp_path, stories_tokenizer):

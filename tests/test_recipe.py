@@ -35,6 +35,8 @@ def _write(tmp_path, text):
         ("default_stage:\n  mods:\n    GPTQModifier: {}\n", 2, "not a modifier group"),
         ("compress:\n  calibration:\n    num_sampels: 3\n", 3, "compress.calibration.num_sampels"),
         ("compress:\n  validation:\n    seq_len: 1\n", 3, "compress.validation.seq_len"),
+        ("compress:\n  calibration:\n    batch_size: fast\n", 3, "batch_size 'fast': give a positive integer (1 reproduces oneshot) or 'auto'"),
+        ("compress:\n  calibration:\n    batch_size: 0\n", 3, "batch_size 0"),
         ("a: [1,\n", 2, "not valid YAML"),
     ],
 )
