@@ -26,8 +26,8 @@ import triton.language as tl
 from compress.errors import CompressError
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from kernels._common import (check_activation, check_device, interpreting, plan_split_k, splitk_buffers, splitk_epilogue,
-                             tuned_config)
+from kernels._common import (check_activation, check_device, interpreting, num_sms, plan_split_k, splitk_buffers,
+                             splitk_epilogue, tuned_config)
 
 ACT_EPS = 1e-8
 # Above this M, quantize activations in a separate pass (see module docstring).
@@ -39,6 +39,26 @@ def _round_half_even(v):
     # Adding and removing 1.5 * 2^23 rounds an fp32 |v| < 2^22 to the nearest integer, ties to even,
     # exactly like torch.round (and works in the CPU interpreter, unlike libdevice.rint).
     return (v + 12582912.0) - 12582912.0
+
+
+@triton.jit
+def _quotient(v, inv_s):
+    """fp32 v / s, bit for bit the IEEE fp32 division, from inv_s = 1 / s computed once in fp64
+    (`1.0 / s.to(tl.float64)`): no division per element (each is a branchy instruction sequence; 16 of
+    them in a row were on the runtime's quantizing norm's critical path).
+
+    Why it is exact: v / s is never an fp32 rounding midpoint and lies at least 2^-49 (relative) from
+    every midpoint (v has 24 significant bits, s * midpoint at least 25 with an odd last one, so their
+    difference is a nonzero multiple of 2^-48 relative), while v * inv_s in fp64 is within 2^-52 of v / s:
+    rounding it to fp32 gives the correctly rounded quotient. (Checked: every finite fp16 v against
+    3001 scales, 190 M quotients, no difference; tests/test_glue_kernels.py checks it in a kernel.)"""
+    return (v.to(tl.float64) * inv_s).to(tl.float32)
+
+
+@triton.jit
+def _int8_codes(v, inv_s):
+    """clamp(rint(v / s), -127, 127), ties to even, with `_quotient`'s exact v / s."""
+    return tl.minimum(tl.maximum(_round_half_even(_quotient(v, inv_s)), -127.0), 127.0)
 
 
 @triton.jit
@@ -105,9 +125,15 @@ def _w8a8_kernel(
     PRO_BK: tl.constexpr,  # columns per step of the absmax prologue
     PDL_PREFETCH: tl.constexpr = 0,  # > 0: launched with programmatic dependent launch; prefetch this many bytes
                                      # of each weight row into L2, then wait for the quantization kernel
+    M_FAST: tl.constexpr = False,  # grid (m tiles, n tiles, split): the token tiles of one weight tile run side by
+                                   # side, so its weights come from DRAM once and from L2 for the other token tiles
 ):
-    pid_n = tl.program_id(0)
-    pid_m = tl.program_id(1)
+    if M_FAST:
+        pid_m = tl.program_id(0)
+        pid_n = tl.program_id(1)
+    else:
+        pid_n = tl.program_id(0)
+        pid_m = tl.program_id(1)
     pid_s = tl.program_id(2)
     offs_n = pid_n * BN + tl.arange(0, BN)
     n_mask = offs_n < N
@@ -144,7 +170,7 @@ def _w8a8_kernel(
     ptrs = out_ptr + offs_m[None, :] * stride_om + offs_n[:, None]
     local = tl.arange(0, BN)[:, None] * BM + tl.arange(0, BM)[None, :]
     splitk_epilogue(out, ptrs, n_mask[:, None] & m_mask[None, :], ws_ptr, lock_ptr, local,
-                    pid_m * tl.num_programs(0) + pid_n, pid_s, S, BN * BM)
+                    pid_m * tl.cdiv(N, BN) + pid_n, pid_s, S, BN * BM)
 
 
 @triton.jit
@@ -164,6 +190,79 @@ def _quant_row_kernel(x_ptr, q_ptr, s_ptr, K, stride_xm, stride_qm, BK: tl.const
     q = tl.minimum(tl.maximum(_round_half_even(tl.math.div_rn(xt, sx)), -127.0), 127.0).to(tl.int8)
     tl.store(q_ptr + m * stride_qm + offs_k, q, mask=mask)
     tl.store(s_ptr + m, sx)
+
+
+@triton.jit
+def _dp4a(a, b, c):
+    """c + sum of the four signed byte products of int32 words a and b (the dp4a instruction)."""
+    return tl.inline_asm_elementwise("dp4a.s32.s32 $0, $1, $2, $3;", "=r,r,r,r", [a, b, c], dtype=tl.int32,
+                                     is_pure=True, pack=1)
+
+
+@triton.jit
+def _sbyte(w, i: tl.constexpr):
+    return (w << (24 - 8 * i)) >> 24  # arithmetic shift: byte i of w, sign-extended
+
+
+@triton.jit
+def _gemv_tokens_kernel(
+    xq_ptr,  # (M, K/4) int32 view of the int8 activations (quantize_per_token)
+    sx_ptr,  # (M,) fp32 token scales
+    w_ptr,  # (N, K/4) int32 view of the int8 weights
+    sw_ptr,  # (N,) channel scales
+    out_ptr,  # (M, N)
+    M,
+    N,
+    stride_xw,  # x row stride in int32 words
+    stride_om,
+    KW: tl.constexpr,  # K / 4
+    MT: tl.constexpr,  # tokens per program, a power of two >= M
+    BN: tl.constexpr,
+    BW: tl.constexpr,  # words of K per step
+    USE_ASM: tl.constexpr,
+    PDL: tl.constexpr,
+):
+    """Few-token int8 GEMV (dp4a): y[m, n] = (sum_k q_x[m, k] w[n, k]) * s_w[n] * s_x[m] for all M tokens of the
+    call in one program per BN output rows, no split-K. Each weight word is read once from DRAM and multiplied
+    with the M tokens' words in registers (a (BN, MT, BW) int32 accumulator). The weight tiles are double-buffered:
+    tile i + 1 is in flight while tile i is summed, and the first two are requested before `gdc_wait` (PDL: they
+    stream in while the activation quantizer runs; weights are never written by it)."""
+    pid = tl.program_id(0)
+    offs_n = pid * BN + tl.arange(0, BN)
+    n_mask = offs_n < N
+    offs_t = tl.arange(0, MT)
+    t_mask = offs_t < M
+    offs_w = tl.arange(0, BW)
+    rows = w_ptr + offs_n.to(tl.int64)[:, None, None] * KW  # (BN, 1, 1)
+    w = tl.load(rows + offs_w[None, None, :], mask=n_mask[:, None, None] & (offs_w < KW)[None, None, :], other=0,
+                eviction_policy="evict_first")
+    nxt = BW + offs_w
+    w_next = tl.load(rows + nxt[None, None, :], mask=n_mask[:, None, None] & (nxt < KW)[None, None, :], other=0,
+                     eviction_policy="evict_first")
+    if PDL:
+        gdc_wait()
+    xrow = xq_ptr + offs_t[None, :, None] * stride_xw  # (1, MT, 1)
+    acc = tl.zeros([BN, MT, BW], tl.int32)
+    for w0 in range(0, KW, BW):
+        ww = w0 + offs_w
+        x = tl.load(xrow + ww[None, None, :], mask=t_mask[None, :, None] & (ww < KW)[None, None, :], other=0)
+        wb = tl.broadcast_to(w, [BN, MT, BW])
+        xb = tl.broadcast_to(x, [BN, MT, BW])
+        if USE_ASM:
+            acc = _dp4a(wb, xb, acc)
+        else:  # the CPU interpreter runs no inline asm
+            for i in tl.static_range(4):
+                acc += _sbyte(wb, i) * _sbyte(xb, i)
+        w = w_next
+        nxt = ww + 2 * BW
+        w_next = tl.load(rows + nxt[None, None, :], mask=n_mask[:, None, None] & (nxt < KW)[None, None, :], other=0,
+                         eviction_policy="evict_first")
+    tot = tl.sum(acc, axis=2)  # (BN, MT) exact int32
+    sw = tl.load(sw_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)
+    sx = tl.load(sx_ptr + offs_t, mask=t_mask, other=0.0)
+    y = tot.to(tl.float32) * sw[:, None] * sx[None, :]  # the GEMM kernel's order: acc * s_w * s_x
+    tl.store(out_ptr + offs_t[None, :] * stride_om + offs_n[:, None], y.to(out_ptr.dtype.element_ty),
+             mask=n_mask[:, None] & t_mask[None, :])
 
 
 # Rows up to this length are quantized by `_quant_row_kernel` (the row fits in the registers of a CTA).
@@ -224,6 +323,33 @@ def _config(m: int) -> dict:
     return {"BM": 128, "BN": 64, "BK": 128, "num_warps": 4, "num_stages": 3}
 
 
+GEMV_TOKENS_MAX_M = 16  # the few-token GEMV keeps a (BN, M, BW) accumulator: above 16 tokens the GEMM serves
+
+
+def _gemv_rows(n: int, device: torch.device, cap: int = 16) -> int:
+    """Output rows per program of the few-token GEMV: the most (up to cap) that still gives >= 2 programs per SM
+    (it has no split-K: a 1024-row layer at 16 rows would run 64 programs on 132 SMs)."""
+    bn = cap
+    while bn > 2 and triton.cdiv(n, bn) < 2 * num_sms(device):
+        bn //= 2
+    return bn
+
+
+def _launch_gemv(x2, weight, sw, out, cfg: dict) -> torch.Tensor:
+    """x quantized once (`quantize_per_token`, letting the GEMV start early under PDL), then `_gemv_tokens_kernel`."""
+    m, k = x2.shape
+    n = weight.shape[0]
+    pdl = bool(cfg.get("pdl", 0)) and not interpreting()
+    xq, sx = quantize_per_token(x2, early=pdl)
+    kw = k // 4
+    bn = cfg.get("BN") or _gemv_rows(n, x2.device)
+    _gemv_tokens_kernel[(triton.cdiv(n, bn),)](
+        xq.view(torch.int32), sx, weight.view(torch.int32), sw, out, m, n, xq.stride(0) // 4, out.stride(0), KW=kw,
+        MT=triton.next_power_of_2(m), BN=bn, BW=min(cfg.get("BW", 128), triton.next_power_of_2(kw)),
+        USE_ASM=not interpreting(), PDL=pdl, num_warps=cfg.get("num_warps", 4), **({"launch_pdl": True} if pdl else {}))
+    return out
+
+
 def _pow2_floor(v: int) -> int:
     return 1 << (max(v, 128).bit_length() - 1)
 
@@ -238,6 +364,8 @@ def _launch(x, weight, w_scale, config: dict | None = None) -> torch.Tensor:
         return out.reshape(*lead, n)
     cfg = dict(config or _config(m))
     sw = w_scale.reshape(n)
+    if cfg.get("kind") == "gemv" and m <= GEMV_TOKENS_MAX_M and weight.is_contiguous():
+        return _launch_gemv(x2, weight, sw, out, cfg).reshape(*lead, n)
     fused = cfg.get("fused", m <= FUSED_QUANT_MAX_M)
     pdl = cfg.get("pdl", 0) if not fused and not interpreting() else 0
     if fused:
@@ -250,12 +378,13 @@ def _launch(x, weight, w_scale, config: dict | None = None) -> torch.Tensor:
     per_steps = triton.cdiv(k_steps, split)
     split = triton.cdiv(k_steps, per_steps)
     ws, locks = splitk_buffers(x.device, n_tiles * m_tiles, split, cfg["BN"] * cfg["BM"])
-    _w8a8_kernel[(n_tiles, m_tiles, split)](
+    m_fast = bool(cfg.get("m_fast", False))
+    _w8a8_kernel[(m_tiles, n_tiles, split) if m_fast else (n_tiles, m_tiles, split)](
         xin, sx, weight, sw, out, ws, locks, m, n, k, per_steps * cfg["BK"], split, xin.stride(0), weight.stride(0), n,
         QUANT_IN_KERNEL=fused, EPS=ACT_EPS, BN=cfg["BN"], BM=cfg["BM"], BK=cfg["BK"],
         PRO_BK=max(cfg["BK"], min(triton.next_power_of_2(k), 16384 // cfg["BM"])),
-        PDL_PREFETCH=_pow2_floor(min(pdl, per_steps * cfg["BK"])) if pdl else 0, num_warps=cfg["num_warps"], num_stages=cfg.get("num_stages", 3),
-        **({"launch_pdl": True} if pdl else {}),
+        PDL_PREFETCH=_pow2_floor(min(pdl, per_steps * cfg["BK"])) if pdl else 0, M_FAST=m_fast,
+        num_warps=cfg["num_warps"], num_stages=cfg.get("num_stages", 3), **({"launch_pdl": True} if pdl else {}),
     )
     return out.reshape(*lead, n)
 

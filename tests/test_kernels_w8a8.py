@@ -10,7 +10,9 @@ from kernels.w8a8 import _launch, quantize_per_token, quantize_per_token_ref, w8
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 TOL = {torch.float16: 3e-3, torch.bfloat16: 1.2e-2}
 CONFIGS = [None, {"BM": 16, "BN": 16, "BK": 32, "num_warps": 4, "fused": False, "split": 3},
-           {"BM": 16, "BN": 32, "BK": 64, "num_warps": 4, "fused": True, "split": 2}]
+           {"BM": 16, "BN": 32, "BK": 64, "num_warps": 4, "fused": True, "split": 2},
+           {"BM": 16, "BN": 16, "BK": 32, "num_warps": 4, "fused": False, "split": 2, "m_fast": True}]
+GEMV = {"kind": "gemv", "BN": 8, "BW": 16, "num_warps": 4}
 
 
 def rel_err(a, b):
@@ -18,7 +20,7 @@ def rel_err(a, b):
     return ((a.float() - b.float()).norm() / b.float().norm()).item()
 
 
-@pytest.mark.parametrize("cfg", CONFIGS, ids=["default", "prequant-split", "fused-split"])
+@pytest.mark.parametrize("cfg", CONFIGS, ids=["default", "prequant-split", "fused-split", "m-fast-split"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("shape", TEST_SHAPES_W8A8)
 def test_w8a8_matches_reference(shape, dtype, cfg):
@@ -28,6 +30,32 @@ def test_w8a8_matches_reference(shape, dtype, cfg):
     out = _launch(x, wq, ws, cfg)
     assert out.shape == (m, n) and out.dtype == dtype
     assert rel_err(out, w8a8_linear_ref(x, wq, ws)) < TOL[dtype]
+
+
+@pytest.mark.parametrize("shape", [(1, 48, 256), (3, 40, 208), (5, 64, 384), (16, 33, 128), (2, 8, 16)])
+def test_few_token_gemv_is_exact(shape):
+    # The dp4a GEMV computes exact int32 sums and the GEMM kernel's fp32 epilogue: the same bits as the
+    # tensor-core GEMM on the same quantized activations (odd N, M not a power of two, K of one word step).
+    m, n, k = shape
+    wq, ws = make_w8a8(n, k, DEVICE, seed=n + k)
+    x = torch.randn(m, k, device=DEVICE).half()
+    out = _launch(x, wq, ws, GEMV)
+    assert out.shape == (m, n) and torch.isfinite(out).all()
+    assert torch.equal(out, _launch(x, wq, ws, {"BM": 16, "BN": 16, "BK": 32, "num_warps": 4, "fused": False}))
+    assert rel_err(out, w8a8_linear_ref(x, wq, ws)) < TOL[torch.float16]
+
+
+def test_few_token_gemv_rows_per_program_fill_the_gpu():
+    from kernels.w8a8 import _gemv_rows
+
+    dev = torch.device("cpu")  # the H100's 132 SMs (kernels._common's default off the GPU)
+    assert _gemv_rows(14336, dev) == 16 and _gemv_rows(4096, dev) == 8 and _gemv_rows(1024, dev) == 2
+
+
+def test_few_token_gemv_config_above_16_tokens_runs_the_gemm():
+    wq, ws = make_w8a8(16, 64, DEVICE)
+    x = torch.randn(20, 64, device=DEVICE).half()
+    assert rel_err(_launch(x, wq, ws, dict(GEMV, BM=32, BN=16, BK=32)), w8a8_linear_ref(x, wq, ws)) < 3e-3
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

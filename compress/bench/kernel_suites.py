@@ -1,5 +1,10 @@
-"""The four suites of `compress bench kernels`: each builds real-shape layers, checks our kernel against
-its reference once per shape, then times ours, torch fp16 and the peers that run here, in one run.
+"""The four suites of `compress bench kernels`: each builds real-shape layers, checks every timed kernel against
+its plain-torch reference on every timed shape, then times ours, torch fp16 and the peers that run here, in one
+run and by one method (compress.bench.kernel_timing: "rotate" by default, "flush" on request).
+
+W8A8 and 2:4 time what the runtime serves: the paths the runtime's layer class offers for the call's M
+(`kernel_paths` of compress.runtime's W8A8 / 2:4 layers: our Triton kernel, the int8 GEMV at one token, torch._int_mm
+above 16 tokens, ...), each timed and checked, and `kernel (ms)` is the one the runtime's PathTable picks.
 
 Row dicts carry everything the report prints; bytes are counted explicitly (weights + their metadata
 + activations in + outputs out) so GB/s is comparable across kernels.
@@ -8,11 +13,12 @@ Row dicts carry everything the report prints; bytes are counted explicitly (weig
 from __future__ import annotations
 
 import statistics
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
 
-from compress.bench.kernel_timing import time_ms
+from compress.bench.kernel_timing import DEFAULT_METHOD, call_ms
 from kernels.cases import BENCH_M, LLAMA_SHAPES, make_int4, make_sparse24, make_vptq, make_w8a8, vptq_seed_rows
 
 QUICK_M = [1, 16, 64, 256]
@@ -32,8 +38,83 @@ def _dense(n: int, k: int, dtype=torch.float16) -> torch.Tensor:
     return (torch.randn(n, k, device="cuda") / k**0.5).to(dtype)
 
 
+def _fp16_ms(x: torch.Tensor, w: torch.Tensor, method: str) -> float:
+    return call_ms(lambda w: F.linear(x, w), w, method)
+
+
+# ----------------------------------------------------------------------------------------------- runtime paths
+def runtime_paths(build: Callable[[Any], torch.nn.Module], weights: Any, x: torch.Tensor, want: torch.Tensor | None,
+                  method: str, label: Callable[[str], str] = str) -> dict:
+    """Every path the runtime's layer (build(weights)) offers for x, checked against `want` and timed (each on
+    rotating weight copies under "rotate"), and the path the runtime's PathTable picks for this call.
+
+    Returns {"ms": the pick's time, "path": label(pick), "best_ms", "best_path", "paths": {label: ms},
+    "rel_err": worst error of any path (None without want)}."""
+    from compress.runtime.paths import PathTable
+
+    layers: dict[int, torch.nn.Module] = {}
+
+    def layer(w):  # one runtime layer per weight copy, built when the graph is captured
+        if id(w) not in layers:
+            layers[id(w)] = build(w)
+        return layers[id(w)]
+
+    first = layer(weights)
+    names = [name for name, _ in first.kernel_paths(x)]
+    times, errs = {}, []
+    for i, name in enumerate(names):
+        def fn(w, i=i):
+            return layer(w).kernel_paths(x)[i][1]()
+
+        if want is not None:
+            errs.append(_rel_err(fn(weights), want))
+        try:
+            times[name] = call_ms(fn, weights, method)
+        finally:
+            layers.clear()
+            layers[id(weights)] = first
+    table = PathTable()
+    table.run(("bench",), first.kernel_paths(x), x.device)
+    pick = table.choice.get(("bench",), names[0])
+    best = min(times, key=times.get)
+    return {"ms": times[pick], "path": label(pick), "best_ms": times[best], "best_path": label(best),
+            "paths": {label(k): v for k, v in times.items()}, "rel_err": max(errs) if errs else None}
+
+
+# Dense W8A8 results by (N, K, M, method): the 2:4 int8 rows compare with exactly the W8A8 table's figure.
+_W8A8_DENSE: dict[tuple, dict] = {}
+
+
+def _w8a8_layer(n: int, k: int):
+    from compress.runtime.formats_ct import CTW8A8Linear
+    from compress.runtime.spec import LayerSpec
+
+    spec = LayerSpec(name=f"bench.w8a8.{n}x{k}", format="compressed-tensors.w8a8", in_features=k, out_features=n)
+    return lambda w: CTW8A8Linear(spec, torch.float16, w[0], w[1])
+
+
+def _w8a8_label(m: int) -> Callable[[str], str]:
+    from kernels.w8a8 import _config
+
+    return lambda name: f"kernel: {_path(_config(m))}" if name == "kernel" else name
+
+
+def w8a8_dense(n: int, k: int, m: int, method: str, check: bool = True) -> dict:
+    """The runtime's W8A8 layer at (N, K, M): paths timed and checked (cached per process)."""
+    key = (n, k, m, method)
+    if key not in _W8A8_DENSE:
+        from kernels.w8a8 import w8a8_linear_ref
+
+        wq, ws = make_w8a8(n, k, "cuda", seed=n + k)
+        x = torch.randn(m, k, device="cuda", generator=torch.Generator("cuda").manual_seed(m)).half()
+        want = w8a8_linear_ref(x, wq, ws) if check else None
+        _W8A8_DENSE[key] = runtime_paths(_w8a8_layer(n, k), (wq, ws), x, want, method, _w8a8_label(m))
+        del wq, ws
+    return _W8A8_DENSE[key]
+
+
 # ----------------------------------------------------------------------------------------------- VPTQ
-def run_vptq(copy_gbs: float, quick: bool) -> list[dict]:
+def run_vptq(copy_gbs: float, quick: bool, method: str = DEFAULT_METHOD) -> list[dict]:
     from kernels.vptq import vptq_linear, vptq_linear_ref
 
     rows = []
@@ -45,8 +126,8 @@ def run_vptq(copy_gbs: float, quick: bool) -> list[dict]:
         x = torch.randn(1, k, device="cuda").half()
         err = _rel_err(vptq_linear(x, n, **d), vptq_linear_ref(x, n, **d)) if n * k <= 4096 * 14336 else None
         w = _dense(n, k)
-        ours = time_ms(lambda: vptq_linear(x, n, **d))
-        ref = time_ms(lambda: F.linear(x, w))
+        ours = call_ms(lambda d: vptq_linear(x, n, **d), d, method)
+        ref = _fp16_ms(x, w, method)
         nbytes = sum(t.numel() * t.element_size() for t in d.values() if torch.is_tensor(t)) + 2 * (k + n)
         rows.append({"count": count, "batch_size": 1, "in_features": k, "out_features": n, "main_centroids": main,
                      "residual_centroids": res, "vptq_ms": ours, "torch_ms": ref, "ratio": ours / ref,
@@ -65,14 +146,16 @@ def _tinygemm_pack(u: torch.Tensor, scales: torch.Tensor, group_size: int):
 
 
 class _Gemlite:
-    """gemlite (PyPI, Triton) A16W4 g128 as a peer, when importable: same weights, timed under CUDA graphs
-    like ours. Its first call at a new (M, N, K) autotunes for seconds, so it runs only at the M values in
-    COMPRESS_BENCH_GEMLITE_M (default "1,16") and stops once it has spent COMPRESS_BENCH_GEMLITE_S seconds."""
+    """gemlite (PyPI, Triton) A16W4 g128 as a peer, when importable: same weights, timed like ours (its layer
+    module is deep-copied for the rotating copies). Its first call at a new (M, N, K) autotunes for seconds, so
+    it runs only at the M values in COMPRESS_BENCH_GEMLITE_M (default "1,16") and stops once it has spent
+    COMPRESS_BENCH_GEMLITE_S seconds."""
 
-    def __init__(self):
+    def __init__(self, method: str):
         import os
         import time
 
+        self.method = method
         self.ms = {int(v) for v in os.environ.get("COMPRESS_BENCH_GEMLITE_M", "1,16").split(",") if v}
         self.budget = float(os.environ.get("COMPRESS_BENCH_GEMLITE_S", "60"))
         self.clock = time.time
@@ -92,14 +175,16 @@ class _Gemlite:
         lin.pack(u, s, torch.full_like(s, 8.0), bias=None)  # W = (u - 8) * s, our symmetric math
         return lin
 
-    def time(self, lin, x: torch.Tensor) -> float | None:
+    def time(self, lin, x: torch.Tensor, want: torch.Tensor | None) -> tuple[float | None, float | None]:
+        """(ms, rel err) or (None, None) where it did not run."""
         if lin is None or x.shape[0] not in self.ms or self.spent > self.budget:
-            return None
+            return None, None
         t0 = self.clock()
         try:
-            return time_ms(lambda: lin(x))
+            err = _rel_err(lin(x), want) if want is not None else None
+            return call_ms(lambda lin: lin(x), lin, self.method), err
         except Exception:
-            return None
+            return None, None
         finally:
             self.spent += self.clock() - t0
 
@@ -114,32 +199,31 @@ def _path(cfg: dict) -> str:
     return f"{kind} {tiles}/{cfg.get('num_warps', '')}w{extra}"
 
 
-def _ours_w4a16(x, p, gs: int, ref: torch.Tensor | None) -> dict:
+def _ours_w4a16(x, p, gs: int, ref: torch.Tensor | None, method: str = DEFAULT_METHOD) -> dict:
     """Our W4A16 paths on one call: the Triton launcher, and the CUDA C++ GEMV where it covers M (<= 16) and built.
     kernel_ms is the faster of the two (the runtime's PathTable makes the same choice); rel_err the worse."""
     from kernels import w4a16_cuda
     from kernels.w4a16 import _config, w4a16_linear
 
-    args = (x, p["qweight"], p["scales"], p["zeros"], gs)
     n = p["qweight"].shape[0]
-    tri = time_ms(lambda: w4a16_linear(*args))
-    errs = [] if ref is None else [_rel_err(w4a16_linear(*args), ref)]
+    tri = call_ms(lambda p: w4a16_linear(x, p["qweight"], p["scales"], p["zeros"], gs), p, method)
+    errs = [] if ref is None else [_rel_err(w4a16_linear(x, p["qweight"], p["scales"], p["zeros"], gs), ref)]
     cuda = None
-    if w4a16_cuda.supports(*args):
-        cuda = time_ms(lambda: w4a16_cuda.w4a16_gemv(*args))
+    if w4a16_cuda.supports(x, p["qweight"], p["scales"], p["zeros"], gs):
+        cuda = call_ms(lambda p: w4a16_cuda.w4a16_gemv(x, p["qweight"], p["scales"], p["zeros"], gs), p, method)
         if ref is not None:
-            errs.append(_rel_err(w4a16_cuda.w4a16_gemv(*args), ref))
+            errs.append(_rel_err(w4a16_cuda.w4a16_gemv(x, p["qweight"], p["scales"], p["zeros"], gs), ref))
     won = cuda is not None and cuda < tri
     return {"ours": cuda if won else tri, "triton_ms": tri, "cuda_gemv_ms": cuda, "rel_err": max(errs) if errs else None,
             "path": w4a16_cuda.planned(n, x.shape[-1], x.shape[0]) if won else _path(_config(x.shape[0], n))}
 
 
-def run_w4a16(copy_gbs: float, quick: bool) -> list[dict]:
+def run_w4a16(copy_gbs: float, quick: bool, method: str = DEFAULT_METHOD) -> list[dict]:
     from compress.packing.int4 import unpack_int4
     from kernels.w4a16 import w4a16_linear_ref
 
     rows = []
-    gl = _Gemlite()
+    gl = _Gemlite(method)
     for name, n, k in LLAMA_SHAPES:
         p = make_int4(n, k, 128, True, torch.float16, "cuda", seed=n + k)
         w = _dense(n, k)
@@ -155,15 +239,16 @@ def run_w4a16(copy_gbs: float, quick: bool) -> list[dict]:
         wbytes = p["qweight"].numel() * 4 + p["scales"].numel() * 2
         for m in QUICK_M if quick else BENCH_M:
             x = torch.randn(m, k, device="cuda").half()
-            want = w4a16_linear_ref(x, p["qweight"], p["scales"]) if m in (1, 2, 4, 8, 16, 64, 256) else None
-            o = _ours_w4a16(x, p, 128, want)
-            ref = time_ms(lambda: F.linear(x, w))
+            want = w4a16_linear_ref(x, p["qweight"], p["scales"])
+            o = _ours_w4a16(x, p, 128, want, method)
+            ref = _fp16_ms(x, w, method)
             peer = None
             if tiny is not None:
                 xb = x.bfloat16()
-                peer = time_ms(lambda: torch.ops.aten._weight_int4pack_mm(xb, tiny[0], 128, tiny[1]))
+                peer = call_ms(lambda t: torch.ops.aten._weight_int4pack_mm(xb, t[0], 128, t[1]), tiny, method)
+            gl_ms, gl_err = gl.time(glin, x, want)
             rows.append(_row(name, n, k, m, o["ours"], ref, wbytes + 2 * m * (k + n), copy_gbs, rel_err=o["rel_err"],
-                             tinygemm_ms=peer, gemlite_ms=gl.time(glin, x), triton_ms=o["triton_ms"],
+                             tinygemm_ms=peer, gemlite_ms=gl_ms, gemlite_rel_err=gl_err, triton_ms=o["triton_ms"],
                              cuda_gemv_ms=o["cuda_gemv_ms"], path=o["path"]))
         del p, w, tiny, glin, u
     # Group 64 and asymmetric at decode sizes, for the record.
@@ -174,8 +259,8 @@ def run_w4a16(copy_gbs: float, quick: bool) -> list[dict]:
             wbytes = p["qweight"].numel() * 4 + p["scales"].numel() * 2 + (p["zeros"].numel() if p["zeros"] is not None else 0)
             for m in (1, 8, 16):
                 x = torch.randn(m, k, device="cuda").half()
-                o = _ours_w4a16(x, p, gs, w4a16_linear_ref(x, p["qweight"], p["scales"], p["zeros"], gs))
-                ref = time_ms(lambda: F.linear(x, w))
+                o = _ours_w4a16(x, p, gs, w4a16_linear_ref(x, p["qweight"], p["scales"], p["zeros"], gs), method)
+                ref = _fp16_ms(x, w, method)
                 rows.append(_row(name, n, k, m, o["ours"], ref, wbytes + 2 * m * (k + n), copy_gbs, rel_err=o["rel_err"],
                                  variant=f"g{gs} {'sym' if sym else 'asym'}", triton_ms=o["triton_ms"],
                                  cuda_gemv_ms=o["cuda_gemv_ms"], path=o["path"]))
@@ -183,42 +268,51 @@ def run_w4a16(copy_gbs: float, quick: bool) -> list[dict]:
 
 
 # ----------------------------------------------------------------------------------------------- W8A8
-def run_w8a8(copy_gbs: float, quick: bool) -> list[dict]:
-    from kernels.w8a8 import _config, w8a8_linear, w8a8_linear_ref
-
+def run_w8a8(copy_gbs: float, quick: bool, method: str = DEFAULT_METHOD) -> list[dict]:
     rows = []
     for name, n, k in LLAMA_SHAPES:
-        wq, ws = make_w8a8(n, k, "cuda", seed=n + k)
         w = _dense(n, k)
-        wt = wq.t()  # (K, N) column-major view, the layout torch._int_mm wants for its right operand
+        wt = torch.randint(-127, 128, (n, k), device="cuda", dtype=torch.int8)
         for m in QUICK_M if quick else BENCH_M:
+            d = w8a8_dense(n, k, m, method)
             x = torch.randn(m, k, device="cuda").half()
-            err = _rel_err(w8a8_linear(x, wq, ws), w8a8_linear_ref(x, wq, ws)) if m in (1, 16, 64, 256) else None
-            ours = time_ms(lambda: w8a8_linear(x, wq, ws))
-            ref = time_ms(lambda: F.linear(x, w))
+            ref = _fp16_ms(x, w, method)
             peer = None
-            if m > 16:
+            if m > 16:  # torch._int_mm alone: activations already int8, no scaling (its (K, N) column-major operand)
                 xq = torch.randint(-127, 128, (m, k), device="cuda", dtype=torch.int8)
-                peer = time_ms(lambda: torch._int_mm(xq, wt))
-            rows.append(_row(name, n, k, m, ours, ref, n * k + 4 * n + 2 * m * (k + n), copy_gbs, rel_err=err, int_mm_ms=peer,
-                             path=_path(_config(m))))
-        del wq, ws, w, wt
+                peer = call_ms(lambda wt: torch._int_mm(xq, wt.t()), wt, method)
+            rows.append(_row(name, n, k, m, d["ms"], ref, n * k + 4 * n + 2 * m * (k + n), copy_gbs, rel_err=d["rel_err"],
+                             int_mm_ms=peer, path=d["path"], best_ms=d["best_ms"], best_path=d["best_path"],
+                             paths_ms=d["paths"]))
+        del w, wt
     return rows
 
 
 # ----------------------------------------------------------------------------------------------- 2:4
-def run_sparse24(copy_gbs: float, quick: bool) -> list[dict]:
-    from kernels.sparse24 import _config, sparse24_linear, sparse24_linear_ref, sparse24_w8a8_linear, sparse24_w8a8_linear_ref
-    from kernels.w8a8 import w8a8_linear
+def _sparse24_layer(n: int, k: int):
+    from compress.runtime.formats_compress import Sparse24Linear
+    from compress.runtime.spec import LayerSpec
+
+    spec = LayerSpec(name=f"bench.sparse24.{n}x{k}", format="compress.sparse24", in_features=k, out_features=n)
+    return lambda q: Sparse24Linear(spec, torch.float16, q["values"], q["meta"], q.get("w_scale"))
+
+
+def _sparse24_label(m: int, int8: bool) -> Callable[[str], str]:
+    from kernels.sparse24 import _config
+
+    return lambda name: f"kernel: {_path(_config(m, int8))}" if name == "kernel" else name
+
+
+def run_sparse24(copy_gbs: float, quick: bool, method: str = DEFAULT_METHOD) -> list[dict]:
+    from kernels.cases import prune_24
+    from kernels.sparse24 import sparse24_linear_ref, sparse24_w8a8_linear_ref
 
     rows = []
     ms = [1, 16, 256] if quick else BENCH_M
     for name, n, k in LLAMA_SHAPES:
         p = make_sparse24(n, k, torch.float16, "cuda", seed=n + k)
         w = _dense(n, k)
-        semi = None
         try:
-            from kernels.cases import prune_24
             from torch.sparse import to_sparse_semi_structured
 
             semi = to_sparse_semi_structured(prune_24(w))
@@ -227,33 +321,32 @@ def run_sparse24(copy_gbs: float, quick: bool) -> list[dict]:
         fbytes = p["values"].numel() * 2 + p["meta"].numel() * 4
         for m in ms:
             x = torch.randn(m, k, device="cuda").half()
-            err = _rel_err(sparse24_linear(x, p["values"], p["meta"]), sparse24_linear_ref(x, p["values"], p["meta"])) \
-                if m in (1, 16, 256) else None
-            ours = time_ms(lambda: sparse24_linear(x, p["values"], p["meta"]))
-            ref = time_ms(lambda: F.linear(x, w))
+            o = runtime_paths(_sparse24_layer(n, k), p, x, sparse24_linear_ref(x, p["values"], p["meta"]), method,
+                              _sparse24_label(m, False))
+            ref = _fp16_ms(x, w, method)
             peer = None
             if semi is not None:
                 try:
-                    peer = time_ms(lambda: F.linear(x, semi))
+                    peer = call_ms(lambda s: F.linear(x, s), semi, method)
                 except Exception:
                     peer = None
-            rows.append(_row(name, n, k, m, ours, ref, fbytes + 2 * m * (k + n), copy_gbs, rel_err=err,
-                             variant="fp16", dense_ms=ref, torch_semi_structured_ms=peer, path=_path(_config(m))))
+            rows.append(_row(name, n, k, m, o["ms"], ref, fbytes + 2 * m * (k + n), copy_gbs, rel_err=o["rel_err"],
+                             variant="fp16", dense_ms=ref, dense_path="torch fp16 F.linear", torch_semi_structured_ms=peer,
+                             path=o["path"], best_ms=o["best_ms"], best_path=o["best_path"], paths_ms=o["paths"]))
         del p, w, semi
         q = make_sparse24(n, k, torch.int8, "cuda", seed=n * 3 + k)
-        wq, ws = make_w8a8(n, k, "cuda", seed=n + k)
         qbytes = q["values"].numel() + q["meta"].numel() * 4 + 4 * n
         w = _dense(n, k)
         for m in ms:
             x = torch.randn(m, k, device="cuda").half()
-            err = _rel_err(sparse24_w8a8_linear(x, q["values"], q["meta"], q["w_scale"]),
-                           sparse24_w8a8_linear_ref(x, q["values"], q["meta"], q["w_scale"])) if m in (1, 16, 256) else None
-            ours = time_ms(lambda: sparse24_w8a8_linear(x, q["values"], q["meta"], q["w_scale"]))
-            dense_int8 = time_ms(lambda: w8a8_linear(x, wq, ws))
-            ref = time_ms(lambda: F.linear(x, w))
-            rows.append(_row(name, n, k, m, ours, ref, qbytes + 2 * m * (k + n), copy_gbs, rel_err=err,
-                             variant="int8 (W8A8)", dense_ms=dense_int8, path=_path(_config(m, True))))
-        del q, wq, ws, w
+            want = sparse24_w8a8_linear_ref(x, q["values"], q["meta"], q["w_scale"])
+            o = runtime_paths(_sparse24_layer(n, k), q, x, want, method, _sparse24_label(m, True))
+            dense = w8a8_dense(n, k, m, method)
+            ref = _fp16_ms(x, w, method)
+            rows.append(_row(name, n, k, m, o["ms"], ref, qbytes + 2 * m * (k + n), copy_gbs, rel_err=o["rel_err"],
+                             variant="int8 (W8A8)", dense_ms=dense["ms"], dense_path=dense["path"], path=o["path"],
+                             best_ms=o["best_ms"], best_path=o["best_path"], paths_ms=o["paths"]))
+        del q, w
     return rows
 
 

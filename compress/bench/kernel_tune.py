@@ -7,6 +7,7 @@ tables in kernels/*.py (recorded in bench/results/h100/kernels/NOTES.md).
     python -m compress.bench.kernel_tune --final --write tuned.json w4a16 w8a8 sparse24
         (the short candidate lists; writes the best config per kernel and M bucket, which
         COMPRESS_KERNEL_CONFIGS=tuned.json makes the launchers use)
+    --timing flush|rotate: the timing method (compress.bench.kernel_timing; default rotate, as the tables)
 """
 
 from __future__ import annotations
@@ -20,12 +21,18 @@ import time
 import torch
 import torch.nn.functional as F
 
-from compress.bench.kernel_timing import time_ms
-from kernels.cases import make_int4, make_sparse24, make_w8a8
+from compress.bench.kernel_timing import DEFAULT_METHOD, call_ms
+from kernels.cases import LLAMA_SHAPES, make_int4, make_sparse24, make_w8a8
 
 # (N, K): 8B q/o, 8B gate/up, 8B down, 70B gate/up, 70B k/v.
 SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336), (28672, 8192), (1024, 8192)]
-WARMUP_MS, REP_MS = 5, 20
+ALL_SHAPES = [(n, k) for _, n, k in LLAMA_SHAPES]  # the 8 shapes the targets take the median over
+METHOD = DEFAULT_METHOD  # --timing
+
+
+def time_ms(fn, weights=None) -> float:
+    """Per-call ms of fn(weights) by the sweep's method (weights rotated under "rotate")."""
+    return call_ms(fn, weights, METHOD)
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -36,27 +43,28 @@ FINAL = False  # --final: the short candidate lists (the configs that led the fi
 BEST: dict[str, dict[str, dict]] = {}  # kernel -> {M bucket: best config}, for --write
 
 
-def _sweep(name: str, ms: list[int], configs_for, build, call, ref, log: list, tol: float = 3e-3) -> dict:
-    """Time every config of configs_for(m) on SHAPES; returns {m: (best config key, geo speedup)}. A config
-    whose error on the checked shape exceeds tol never wins."""
+def _sweep(name: str, ms: list[int], configs_for, build, call, ref, log: list, tol: float = 3e-3,
+           shapes: list[tuple[int, int]] | None = None) -> dict:
+    """Time every config of configs_for(m) on `shapes` (default SHAPES); returns {m: (best config key, geo
+    speedup)}. A config whose error on any shape exceeds tol never wins."""
     scores: dict[tuple[int, str], list[float]] = {}
     errors: dict[tuple[int, str], float] = {}
     times: dict[tuple[int, str], list[float]] = {}
     base_ms: dict[int, list[float]] = {}
-    for si, (n, k) in enumerate(SHAPES):
+    for n, k in shapes or SHAPES:
         layer = build(n, k)
         w = (torch.randn(n, k, device="cuda") / k**0.5).half()
         for m in ms:
             x = torch.randn(m, k, device="cuda").half()
-            base = time_ms(lambda: F.linear(x, w), WARMUP_MS, REP_MS)
+            base = time_ms(lambda w: F.linear(x, w), w)
             base_ms.setdefault(m, []).append(base)
-            want = ref(x, layer) if si == 0 else None
+            want = ref(x, layer)  # every config is checked on every shape it is timed on
             for cfg in configs_for(m):
                 key = json.dumps(cfg, sort_keys=True)
                 try:
                     if want is not None:
-                        errors[(m, key)] = _rel(call(x, layer, cfg), want)
-                    t = time_ms(lambda: call(x, layer, cfg), WARMUP_MS, REP_MS)
+                        errors[(m, key)] = max(errors.get((m, key), 0.0), _rel(call(x, layer, cfg), want))
+                    t = time_ms(lambda L: call(x, L, cfg), layer)
                 except Exception as e:  # a config the compiler rejects (e.g. out of shared memory)
                     print(f"  {name} M={m} {key}: failed {type(e).__name__}: {str(e)[:160]}", flush=True)
                     t = math.inf
@@ -156,20 +164,29 @@ def check_w4a16_variants() -> None:
 
 # ----------------------------------------------------------------------------------------------- W8A8
 def _w8a8_configs(m: int) -> list[dict]:
-    if FINAL:
+    if FINAL:  # session 5 (rotating timing): the tensor-core GEMM's small-M tiles, the few-token dp4a GEMV, and the
+        # M = 256 tiles with the token tiles of a weight tile side by side (m_fast)
         if m <= 16:
-            base = {"BM": 16, "BN": 64, "BK": 256, "num_warps": 4, "num_stages": 4, "fused": False}
-            return [dict(base, waves=2), dict(base, waves=2, pdl=2048), dict(base, waves=2, pdl=8192),
-                    dict(base, waves=1, pdl=8192), dict(base, BK=128, waves=4, pdl=2048),
-                    {"BM": 16, "BN": 128, "BK": 128, "num_warps": 4, "num_stages": 3, "fused": False, "waves": 2, "pdl": 4096}]
+            base = {"BM": 16, "BN": 64, "BK": 256, "num_warps": 4, "num_stages": 4, "fused": False, "waves": 2, "pdl": 2048}
+            out = [base, dict(base, waves=1), dict(base, waves=4), dict(base, BK=512, num_stages=3),
+                   dict(base, BN=128, num_stages=3), dict(base, BN=32, num_warps=2),
+                   dict(base, BK=128, num_stages=6)]
+            out += [{"kind": "gemv", "BW": bw, "num_warps": nw, "pdl": 1} for bw, nw in ((64, 4), (128, 4), (128, 8), (256, 8))]
+            out += [{"kind": "gemv", "BN": 16, "BW": 128, "num_warps": 4, "pdl": 1}, {"kind": "gemv", "BW": 128, "num_warps": 4}]
+            return out
         if m <= 64:
-            return [{"BM": 64, "BN": 64, "BK": 128, "num_warps": 4, "num_stages": 3},
+            return [{"BM": 64, "BN": 64, "BK": 256, "num_warps": 4, "num_stages": 3},
                     {"BM": 64, "BN": 64, "BK": 128, "num_warps": 4, "num_stages": 4, "pdl": 4096},
-                    {"BM": 64, "BN": 64, "BK": 256, "num_warps": 4, "num_stages": 3}]
+                    {"BM": 64, "BN": 128, "BK": 128, "num_warps": 8, "num_stages": 3}]
         return [{"BM": 128, "BN": 64, "BK": 128, "num_warps": 4, "num_stages": 3},
-                {"BM": 128, "BN": 64, "BK": 128, "num_warps": 4, "num_stages": 4},
-                {"BM": 128, "BN": 64, "BK": 128, "num_warps": 4, "num_stages": 3, "pdl": 4096},
-                {"BM": 64, "BN": 128, "BK": 128, "num_warps": 4, "num_stages": 3}]
+                {"BM": 128, "BN": 64, "BK": 128, "num_warps": 4, "num_stages": 3, "m_fast": True},
+                {"BM": 128, "BN": 64, "BK": 128, "num_warps": 4, "num_stages": 4, "m_fast": True, "pdl": 4096},
+                {"BM": 128, "BN": 128, "BK": 128, "num_warps": 8, "num_stages": 3, "m_fast": True},
+                {"BM": 128, "BN": 128, "BK": 64, "num_warps": 8, "num_stages": 4, "m_fast": True},
+                {"BM": 256, "BN": 64, "BK": 128, "num_warps": 4, "num_stages": 3},
+                {"BM": 256, "BN": 128, "BK": 64, "num_warps": 8, "num_stages": 3},
+                {"BM": 128, "BN": 256, "BK": 64, "num_warps": 8, "num_stages": 3, "m_fast": True},
+                {"BM": 64, "BN": 128, "BK": 128, "num_warps": 4, "num_stages": 4, "m_fast": True}]
     if m <= 16:
         out = [{"BM": 16, "BN": 128, "BK": 128, "num_warps": 8, "num_stages": 3} if m <= 8 else
                {"BM": 16, "BN": 64, "BK": 128, "num_warps": 8, "num_stages": 3}]  # last session (fused quant)
@@ -191,19 +208,20 @@ def _w8a8_configs(m: int) -> list[dict]:
 def tune_w8a8(log):
     from kernels.w8a8 import _launch, quantize_per_token, w8a8_linear_ref
 
-    _sweep("w8a8", [1, 16, 64, 256], _w8a8_configs, lambda n, k: make_w8a8(n, k, "cuda"),
-           lambda x, p, cfg: _launch(x, p[0], p[1], cfg), lambda x, p: w8a8_linear_ref(x, p[0], p[1]), log)
+    _sweep("w8a8", [1, 2, 8, 16, 256] if FINAL else [1, 16, 64, 256], _w8a8_configs, lambda n, k: make_w8a8(n, k, "cuda"),
+           lambda x, p, cfg: _launch(x, p[0], p[1], cfg), lambda x, p: w8a8_linear_ref(x, p[0], p[1]), log,
+           shapes=ALL_SHAPES if FINAL else SHAPES)
     if FINAL:
         return
     for m in (1, 16, 256):  # the activation quantization pass alone, and torch._int_mm alone
         for n, k in SHAPES[:4]:
             x = torch.randn(m, k, device="cuda").half()
-            tq = time_ms(lambda: quantize_per_token(x), WARMUP_MS, REP_MS)
+            tq = time_ms(lambda _: quantize_per_token(x))
             line = f"w8a8 quantize_per_token M={m} K={k}: {tq:.4f} ms"
             if m > 16:
                 xq = torch.randint(-127, 128, (m, k), device="cuda", dtype=torch.int8)
                 wt = torch.randint(-127, 128, (n, k), device="cuda", dtype=torch.int8).t()
-                line += f"; torch._int_mm N={n}: {time_ms(lambda: torch._int_mm(xq, wt), WARMUP_MS, REP_MS):.4f} ms"
+                line += f"; torch._int_mm N={n}: {time_ms(lambda wt: torch._int_mm(xq, wt), wt):.4f} ms"
             print(line, flush=True)
 
 
@@ -242,7 +260,7 @@ def tune_sparse24(log):
         wq, ws = make_w8a8(n, k, "cuda")
         x = torch.randn(1, k, device="cuda").half()
         print(f"sparse24 dense-int8 (w8a8_linear default) M=1 N={n} K={k}: "
-              f"{time_ms(lambda: w8a8_linear(x, wq, ws), WARMUP_MS, REP_MS):.4f} ms", flush=True)
+              f"{time_ms(lambda w: w8a8_linear(x, *w), (wq, ws)):.4f} ms", flush=True)
     for dtype in (torch.float16, torch.bfloat16, torch.int8):  # odd shapes and bf16 on the GPU
         for m, n, k in ((1, 4096, 4096), (3, 1000, 4104), (2, 777, 1028)):
             p = make_sparse24(n, k, dtype, "cuda", seed=n)
@@ -284,19 +302,23 @@ def tune_gemlite(log, budget_s: float = 60.0):
             try:
                 from kernels.w4a16 import w4a16_linear_ref
                 err = _rel(lin(x), w4a16_linear_ref(x, p["qweight"], p["scales"], None, 128))
-                t = time_ms(lambda: lin(x), WARMUP_MS, REP_MS)
+                t = time_ms(lambda lin: lin(x), lin)
             except Exception as e:
                 print(f"gemlite N={n} K={k} M={m}: failed {type(e).__name__}: {str(e)[:160]}", flush=True)
                 continue
-            base = time_ms(lambda: F.linear(x, w), WARMUP_MS, REP_MS)
+            base = time_ms(lambda w: F.linear(x, w), w)
             print(f"gemlite N={n} K={k} M={m}: {t:.4f} ms, torch {base:.4f} ms, speedup {base / t:.2f}x, rel err {err:.1e}",
                   flush=True)
             log.append({"kernel": "gemlite", "N": n, "K": k, "M": m, "ms": t, "torch_ms": base, "rel_err": err})
 
 
 def main(argv: list[str]) -> None:
-    global FINAL
+    global FINAL, METHOD
     args = list(argv)
+    if "--timing" in args:
+        i = args.index("--timing")
+        METHOD = args[i + 1]
+        del args[i:i + 2]
     write = None
     if "--write" in args:
         i = args.index("--write")

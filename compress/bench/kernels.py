@@ -4,6 +4,11 @@ the tables (markdown), the raw rows (JSON) and one plot per suite (PNG).
 The VPTQ table reproduces the seed-000 format row for row; the W4A16 / W8A8 / 2:4 tables cover the
 Llama-3-8B and 70B layer shapes over M in {1 .. 1024} with achieved GB/s and % of the copy bandwidth
 measured in the same run.
+
+Timing (`--timing`, compress.bench.kernel_timing): "rotate" by default -- each call replayed >= 120 times back
+to back in one CUDA graph over weight copies >= 2.5x the L2, per-call median, as in a decode step; "flush" --
+one call per graph replay with the L2 flushed before each (triton do_bench; a ~5 us floor under every row).
+Ours, torch fp16 and the peers are timed by the same method in the same run; the report header names it.
 """
 
 from __future__ import annotations
@@ -23,6 +28,11 @@ import typer
 from compress.errors import CompressError
 
 SUITE_ORDER = ["vptq", "w4a16", "w8a8", "sparse24"]
+
+
+class Timing(str, Enum):
+    rotate = "rotate"
+    flush = "flush"
 
 
 class KernelSuite(str, Enum):
@@ -156,14 +166,17 @@ def write_plot(suite: str, rows: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def run_kernel_bench(suites: list[str], out_dir: Path, quick: bool = False, command: str | None = None) -> dict:
+def run_kernel_bench(suites: list[str], out_dir: Path, quick: bool = False, command: str | None = None,
+                     timing: str = "rotate") -> dict:
     """Run the suites on the current CUDA device; write kernels.md, kernels.json and <suite>.png to out_dir.
+    timing: "rotate" (default) or "flush" (compress.bench.kernel_timing).
 
     Returns {"env": {...}, "results": {suite: rows}, "targets": [lines]}.
     """
     from compress.bench.kernel_suites import SUITES
-    from compress.bench.kernel_timing import copy_bandwidth_gbs, device_description
+    from compress.bench.kernel_timing import check_method, copy_bandwidth_gbs, device_description, method_description
 
+    check_method(timing)
     if not torch.cuda.is_available():
         raise CompressError("compress bench kernels needs a CUDA GPU and none is visible; run it on the GPU machine")
     unknown = [s for s in suites if s not in SUITES]
@@ -171,7 +184,9 @@ def run_kernel_bench(suites: list[str], out_dir: Path, quick: bool = False, comm
         raise CompressError(f"unknown kernel suite(s) {unknown}; choose from {SUITE_ORDER} or 'all'")
     out_dir.mkdir(parents=True, exist_ok=True)
     env = device_description()
-    env["copy_gbs"] = copy_bandwidth_gbs()
+    env["timing"] = timing
+    env["timing_text"] = method_description(timing)
+    env["copy_gbs"] = copy_bandwidth_gbs(method=timing)
     if command is None:  # how this process was started: the CLI, or `python -m compress.bench.kernels`
         prog = "python -m compress.bench.kernels" if sys.argv and sys.argv[0].endswith("kernels.py") else "compress bench kernels"
         command = prog + " " + " ".join(shlex.quote(a) for a in sys.argv[1:])
@@ -180,7 +195,7 @@ def run_kernel_bench(suites: list[str], out_dir: Path, quick: bool = False, comm
     results: dict[str, list[dict]] = {}
     for suite in [s for s in SUITE_ORDER if s in suites]:
         t0 = time.time()
-        results[suite] = SUITES[suite](env["copy_gbs"], quick)
+        results[suite] = SUITES[suite](env["copy_gbs"], quick, timing)
         env[f"{suite}_seconds"] = round(time.time() - t0, 1)
         write_plot(suite, results[suite], out_dir / f"{suite}.png")
         print(f"[bench] {suite}: {len(results[suite])} rows in {env[f'{suite}_seconds']} s", flush=True)
@@ -199,9 +214,12 @@ def render_markdown(report: dict) -> str:
         f"Command: `{env['command']}`  ",
         f"Date: {env['date']}; torch {env['torch']}, triton {env['triton']}, CUDA {env['cuda']}, {env['sms']} SMs.  ",
         f"Measured device-to-device copy bandwidth: {env['copy_gbs']:.0f} GB/s (bytes read + written).  ",
-        "Timing: triton.testing.do_bench, median of CUDA-event timings, L2 flushed before every repetition; "
-        "ours and torch measured in the same run. ratio = ours / torch fp16 (lower is faster); speedup = torch / ours. "
-        "GB/s counts weights + metadata + activations + outputs once.",
+        f"Timing (`--timing {env.get('timing', 'flush')}`): "
+        + env.get("timing_text", "triton.testing.do_bench, median of CUDA-event timings, L2 flushed before every repetition")
+        + ". Ours, torch fp16 and the peers measured by that method in the same run. ratio = ours / torch fp16 "
+        "(lower is faster); speedup = torch / ours. GB/s counts weights + metadata + activations + outputs once. "
+        "Every timed kernel was checked against its plain-torch reference on the timed shape first (rel err column "
+        "in kernels.json).",
         "",
         "## Targets",
         *report["targets"],
@@ -219,12 +237,19 @@ def render_markdown(report: dict) -> str:
                                          ("cuda_gemv_ms", "CUDA GEMV (ms)")])]
     if "w8a8" in results:
         parts += ["", "## W8A8 (per-channel int8 weights, dynamic per-token int8 activations)", "",
+                  "kernel (ms): the path the runtime serves at this M -- compress.runtime's W8A8 layer offers its paths "
+                  "(`kernel`: kernels/w8a8.py with its tiles; `gemv_i8_*`: the int8 GEMV of "
+                  "compress/runtime/decode_kernels.py at one token; `int_mm`: torch._int_mm above 16 tokens), every "
+                  "one checked and timed here, and its PathTable picks one (`path`). The activation quantization is "
+                  "inside every timed call. best (ms): the fastest offered path by this table's timing. "
                   "Peer: `torch._int_mm` alone (activations already int8, no scaling; needs M > 16).", "",
-                  linear_markdown(results["w8a8"], "int_mm_ms", "torch._int_mm (ms)")]
+                  linear_markdown(results["w8a8"], "int_mm_ms", "torch._int_mm (ms)", peers=[("best_ms", "best (ms)")])]
     if "sparse24" in results:
         parts += ["", "## 2:4 sparse (compress.sparse24)", "",
-                  "vs dense = dense kernel of the same precision / ours (fp16: torch F.linear; int8: our W8A8 kernel). "
-                  "Peer: torch semi-structured sparse F.linear (fp16).", "",
+                  "kernel (ms): the path the runtime's 2:4 layer serves at this M (its PathTable's pick among the paths it "
+                  "offers, each checked and timed). vs dense = dense of the same precision / ours (fp16: torch "
+                  "F.linear; int8: the W8A8 table's kernel (ms) at the same shape and M, i.e. the runtime's dense W8A8 "
+                  "path). Peer: torch semi-structured sparse F.linear (fp16).", "",
                   linear_markdown(results["sparse24"], "torch_semi_structured_ms", "torch semi-structured (ms)", "vs dense")]
     return "\n".join(parts) + "\n"
 
@@ -237,10 +262,13 @@ def kernels(
         "bench/results/h100/kernels"
     ),
     quick: Annotated[bool, typer.Option("--quick", help="Fewer shapes and M values (a smoke run).")] = False,
+    timing: Annotated[Timing, typer.Option("--timing", help="rotate: >= 120 calls back to back in one CUDA graph over "
+                                           "weight copies >= 2.5x the L2 (decode-shaped, the default); flush: one "
+                                           "call per replay, L2 flushed before each (triton do_bench).")] = Timing.rotate,
 ) -> None:
     """Benchmark the bundled GPU kernels (VPTQ, W4A16, W8A8, 2:4) against torch fp16 on this GPU."""
     names = SUITE_ORDER if any(s == KernelSuite.all for s in suite) else [s.value for s in suite]
-    report = run_kernel_bench(names, output, quick=quick)
+    report = run_kernel_bench(names, output, quick=quick, timing=timing.value)
     typer.echo("\n".join(report["targets"]))
     typer.echo(f"wrote {output / 'kernels.md'}")
 

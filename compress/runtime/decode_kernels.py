@@ -37,6 +37,8 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from kernels.w8a8 import _dp4a, _int8_codes, _quotient, _round_half_even, _sbyte  # noqa: F401  (shared int8 helpers)
+
 LOG2E = 1.4426950408889634
 NEG = tl.constexpr(-1.0e30)  # "minus infinity" that stays finite (empty chunks must not make NaN in the merge)
 
@@ -565,31 +567,8 @@ def dequant_w8(q: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor | None, 
 # ---- residual add + RMSNorm for a few rows (decode) ------------------------------------------------
 
 
-@triton.jit
-def _round_half_even(v):
-    # Adding and removing 1.5 * 2^23 rounds an fp32 |v| < 2^22 to the nearest integer, ties to even
-    # (torch.round's rule; kernels/w8a8.py quantizes with the same trick).
-    return (v + 12582912.0) - 12582912.0
-
-
-@triton.jit
-def _quotient(v, inv_s):
-    """fp32 v / s, bit for bit the IEEE fp32 division, from inv_s = 1 / s computed once in fp64
-    (`1.0 / s.to(tl.float64)`): no division per element (each is a branchy instruction sequence; 16 of
-    them in a row were on the quantizing norm's critical path).
-
-    Why it is exact: v / s is never an fp32 rounding midpoint and lies at least 2^-49 (relative) from
-    every midpoint (v has 24 significant bits, s * midpoint at least 25 with an odd last one, so their
-    difference is a nonzero multiple of 2^-48 relative), while v * inv_s in fp64 is within 2^-52 of v / s:
-    rounding it to fp32 gives the correctly rounded quotient. (Checked: every finite fp16 v against
-    3001 scales, 190 M quotients, no difference; tests/test_glue_kernels.py checks it in the kernel.)"""
-    return (v.to(tl.float64) * inv_s).to(tl.float32)
-
-
-@triton.jit
-def _int8_codes(v, inv_s):
-    """clamp(rint(v / s), -127, 127), ties to even, with `_quotient`'s exact v / s."""
-    return tl.minimum(tl.maximum(_round_half_even(_quotient(v, inv_s)), -127.0), 127.0)
+# _round_half_even, _quotient (exact fp32 v / s from an fp64 reciprocal), _int8_codes, _dp4a and _sbyte live in
+# kernels/w8a8.py, shared with the W8A8 and 2:4 int8 kernels there.
 
 
 @triton.jit
@@ -690,18 +669,6 @@ def silu_mul_quant(gu: torch.Tensor):
 
 
 # ---- W8A8 GEMV on pre-quantized activations (int8 x int8, int32 accumulation) -----------------------
-
-
-@triton.jit
-def _dp4a(a, b, c):
-    """c + sum of the four signed byte products of int32 words a and b (the dp4a instruction)."""
-    return tl.inline_asm_elementwise("dp4a.s32.s32 $0, $1, $2, $3;", "=r,r,r,r", [a, b, c], dtype=tl.int32,
-                                     is_pure=True, pack=1)
-
-
-@triton.jit
-def _sbyte(w, i: tl.constexpr):
-    return (w << (24 - 8 * i)) >> 24  # arithmetic shift: byte i of w, sign-extended
 
 
 @triton.jit
