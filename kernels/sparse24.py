@@ -29,7 +29,7 @@ from triton.language.extra.cuda import gdc_wait
 
 from kernels._common import (check_activation, check_device, interpreter_dot_f32, interpreting, plan_split_k, splitk_buffers,
                              splitk_epilogue, tuned_config)
-from kernels.w8a8 import ACT_EPS, _quantize_tile, _row_scales, quantize_per_token, quantize_per_token_ref
+from kernels.w8a8 import ACT_EPS, _int8_codes, _quantize_tile, _row_scales, quantize_per_token, quantize_per_token_ref
 
 GEMV_MAX_M = 4  # the PRMT GEMV re-reads the weights per token: above ~4 tokens the tensor-core kernel wins
 
@@ -244,6 +244,10 @@ def _sparse24_gemv_i_kernel(
     BN: tl.constexpr,
     BW: tl.constexpr,
     PDL_PREFETCH: tl.constexpr = 0,  # > 0: launched with programmatic dependent launch (see below)
+    X_FLOAT: tl.constexpr = False,  # x_ptr holds the fp16/bf16 activations (stride_xm in elements): each program
+                                    # quantizes them itself (no quantizer launch before this kernel)
+    K: tl.constexpr = 0,  # in_features (X_FLOAT only)
+    PRO_BK: tl.constexpr = 1024,  # columns per step of the absmax prologue (X_FLOAT only)
 ):
     pid_n = tl.program_id(0)
     pid_s = tl.program_id(1)
@@ -253,14 +257,28 @@ def _sparse24_gemv_i_kernel(
     offs_w = tl.arange(0, BW)
     offs_c = tl.arange(0, 4)
     sh = (8 * offs_c)[None, None, :] + tl.zeros([BN, BW, 4], dtype=tl.int32)  # the meta byte of the word's 2 groups
-    x_row = x_ptr + m * stride_xm
+    x_row = x_ptr + m.to(tl.int64) * stride_xm
 
     acc = tl.zeros([BN, BW, 4], dtype=tl.int32)
     w_start = pid_s * WORDS_PER_SPLIT
     i = w_start * 4 + offs_w[:, None] * 4 + offs_c[None, :]  # (BW, 4) value word of the first iteration
     v_ptrs = v_ptr + offs_n[:, None, None] * VW + i[None, :, :]
     m_ptrs = meta_ptr + offs_n[:, None] * MW + (w_start + offs_w)[None, :]
-    x_ptrs = x_row + 2 * i[:, :, None] + tl.arange(0, 2)[None, None, :]  # (BW, 4, 2): 8 contiguous words per row
+    if X_FLOAT:
+        # (BW, 4, 2, 4) activations: value word i covers columns 8i..8i+7 = the bytes of x words 2i and 2i + 1.
+        byte = tl.arange(0, 4)
+        x_ptrs = x_row + 8 * i[:, :, None, None] + 4 * tl.arange(0, 2)[None, None, :, None] + byte[None, None, None, :]
+        # The token's scale needs its whole row (read from L2 by every program): the weights' first tiles are
+        # requested below before this loop's result is needed, so their DRAM latency overlaps it.
+        offs_k = tl.arange(0, PRO_BK)
+        amax = tl.zeros([PRO_BK], tl.float32)
+        for k0 in range(0, K, PRO_BK):
+            xk = tl.load(x_row + k0 + offs_k, mask=(k0 + offs_k) < K, other=0.0)
+            amax = tl.maximum(amax, tl.abs(xk.to(tl.float32)))
+        sx_f = tl.math.div_rn(tl.maximum(tl.max(amax, axis=0), 1e-8), 127.0)
+        inv_sx = 1.0 / sx_f.to(tl.float64)
+    else:
+        x_ptrs = x_row + 2 * i[:, :, None] + tl.arange(0, 2)[None, None, :]  # (BW, 4, 2): 8 contiguous words per row
     if PDL_PREFETCH > 0:
         # Launched with programmatic dependent launch behind the activation quantizer: stream the first
         # values into L2 while it runs, then wait for it before the first read of x.
@@ -272,19 +290,29 @@ def _sparse24_gemv_i_kernel(
     i_ok = i < VW
     v = tl.load(v_ptrs, mask=n_mask[:, None, None] & i_ok[None, :, :], other=0)
     meta = tl.load(m_ptrs, mask=n_mask[:, None] & ((w_start + offs_w) < MW)[None, :], other=0)
-    xw = tl.load(x_ptrs, mask=i_ok[:, :, None], other=0)
+    if X_FLOAT:
+        xw = tl.load(x_ptrs, mask=i_ok[:, :, None, None], other=0.0)
+    else:
+        xw = tl.load(x_ptrs, mask=i_ok[:, :, None], other=0)
     for ww in range(0, WORDS_PER_SPLIT, BW):
         v_ptrs += BW * 4
         m_ptrs += BW
-        x_ptrs += BW * 8
+        x_ptrs += BW * (32 if X_FLOAT else 8)
         i_ok = (i + (ww + BW) * 4 < VW) & (ww + BW < WORDS_PER_SPLIT)
         v_nxt = tl.load(v_ptrs, mask=n_mask[:, None, None] & i_ok[None, :, :], other=0)
         meta_nxt = tl.load(m_ptrs, mask=n_mask[:, None] & ((w_start + ww + BW + offs_w) < MW)[None, :]
                            & (ww + BW < WORDS_PER_SPLIT), other=0)
-        xw_nxt = tl.load(x_ptrs, mask=i_ok[:, :, None], other=0)
+        if X_FLOAT:
+            xw_nxt = tl.load(x_ptrs, mask=i_ok[:, :, None, None], other=0.0)
+            # this step's activations -> int8 codes (the quantizer's exact rounding) -> 2 words per value word
+            q = _int8_codes(xw.to(tl.float32), inv_sx).to(tl.int32)
+            xq = tl.sum((q & 0xFF) << (8 * byte)[None, None, None, :], axis=3)  # disjoint bytes: sum = or
+        else:
+            xw_nxt = tl.load(x_ptrs, mask=i_ok[:, :, None], other=0)
+            xq = xw
 
         mb = tl.broadcast_to(meta[:, :, None], [BN, BW, 4])
-        xe, xo = tl.split(xw)
+        xe, xo = tl.split(xq)
         xe = tl.broadcast_to(xe[None, :, :], [BN, BW, 4])
         xo = tl.broadcast_to(xo[None, :, :], [BN, BW, 4])
         if USE_ASM:
@@ -297,7 +325,11 @@ def _sparse24_gemv_i_kernel(
         v, meta, xw = v_nxt, meta_nxt, xw_nxt
 
     dot = tl.sum(tl.sum(acc, axis=2), axis=1)  # exact int32
-    out = dot.to(tl.float32) * tl.load(sw_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32) * tl.load(sx_ptr + m)
+    if X_FLOAT:
+        sx = sx_f
+    else:
+        sx = tl.load(sx_ptr + m)
+    out = dot.to(tl.float32) * tl.load(sw_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32) * sx
     splitk_epilogue(out, out_ptr + m * stride_om + offs_n, n_mask, ws_ptr, lock_ptr, tl.arange(0, BN),
                     m * tl.num_programs(0) + pid_n, pid_s, S, BN)
 
@@ -442,7 +474,12 @@ def _launch(x, values, meta, w_scale, config: dict | None = None) -> torch.Tenso
         per = triton.cdiv(steps, split)
         split = triton.cdiv(steps, per)
         ws, locks = splitk_buffers(x.device, n_tiles * m, split, cfg["BN"])
-        if int8:
+        if int8 and cfg.get("fused"):  # each program quantizes x itself: no quantizer launch
+            _sparse24_gemv_i_kernel[(n_tiles, split, m)](
+                x2, sw, values.view(torch.int32), meta, sw, out, ws, locks, m, n, k // 8, mw, per * bw, split,
+                x2.stride(0), n, USE_ASM=not interpreting(), BN=cfg["BN"], BW=bw, X_FLOAT=True, K=k,
+                PRO_BK=min(4096, triton.next_power_of_2(k)), num_warps=cfg["num_warps"])
+        elif int8:
             pdl = 0 if interpreting() else cfg.get("pdl", 0)
             xq, sx = quantize_per_token(x2, early=pdl > 0)
             x32 = xq.view(torch.int32)

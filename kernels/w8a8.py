@@ -215,7 +215,7 @@ def _gemv_tokens_kernel(
     N,
     stride_xw,  # x row stride in int32 words
     stride_om,
-    KW: tl.constexpr,  # K / 4
+    KW,  # K / 4 (a multiple of 4: K is one of 16)
     MT: tl.constexpr,  # tokens per program, a power of two >= M
     BN: tl.constexpr,
     BW: tl.constexpr,  # words of K per step
@@ -344,7 +344,7 @@ def _launch_gemv(x2, weight, sw, out, cfg: dict) -> torch.Tensor:
     kw = k // 4
     bn = cfg.get("BN") or _gemv_rows(n, x2.device)
     _gemv_tokens_kernel[(triton.cdiv(n, bn),)](
-        xq.view(torch.int32), sx, weight.view(torch.int32), sw, out, m, n, xq.stride(0) // 4, out.stride(0), KW=kw,
+        xq.view(torch.int32), sx, weight.view(torch.int32), sw, out, m, n, xq.stride(0) // 4, out.stride(0), kw,
         MT=triton.next_power_of_2(m), BN=bn, BW=min(cfg.get("BW", 128), triton.next_power_of_2(kw)),
         USE_ASM=not interpreting(), PDL=pdl, num_warps=cfg.get("num_warps", 4), **({"launch_pdl": True} if pdl else {}))
     return out

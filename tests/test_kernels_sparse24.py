@@ -53,6 +53,21 @@ def test_sparse24_int8_matches_reference(shape, cfg):
     assert rel_err(out, ref) < 3e-3
 
 
+@pytest.mark.parametrize("shape", [(1, 48, 256), (2, 40, 264), (1, 33, 96)])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_sparse24_int8_fused_quantization_is_bit_exact(shape, dtype):
+    # "fused": every program quantizes x itself (the fp64-reciprocal codes); the output must be the same bits as
+    # with x quantized once by kernels.w8a8.quantize_per_token (odd N, K not a multiple of 32, split-K, 2 tokens).
+    m, n, k = shape
+    p = make_sparse24(n, k, torch.int8, DEVICE, seed=n + k)
+    x = torch.randn(m, k, device=DEVICE).to(dtype) * 3
+    cfg = {"kind": "prmt", "BN": 16, "BW": 1, "num_warps": 4, "split": 2}
+    out = _launch(x, p["values"], p["meta"], p["w_scale"], dict(cfg, fused=True))
+    assert torch.isfinite(out).all()
+    assert torch.equal(out, _launch(x, p["values"], p["meta"], p["w_scale"], cfg))
+    assert rel_err(out, sparse24_w8a8_linear_ref(x, p["values"], p["meta"], p["w_scale"])) < TOL[dtype]
+
+
 def test_sparse24_public_api():
     p = make_sparse24(24, 64, torch.float16, DEVICE)
     x = torch.randn(2, 3, 64, device=DEVICE).half()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 import sys
 import time
 
@@ -79,7 +80,7 @@ def _sweep(name: str, ms: list[int], configs_for, build, call, ref, log: list, t
         print(f"{name} M={m}: torch fp16 ms per shape {[round(b, 4) for b in base_ms[m]]}", flush=True)
         for key, sp in ranked:
             geo = math.prod(sp) ** (1 / len(sp))
-            med = sorted(sp)[len(sp) // 2]
+            med = statistics.median(sp)  # the targets' statistic (median over the shapes)
             err = errors.get((m, key))
             flag = "" if err is None or err < tol else f"  ERROR {err:.2e} > {tol}"
             print(f"{name} M={m} geo {geo:.2f}x med {med:.2f}x {key} per-shape {[round(s, 2) for s in sp]} "
@@ -171,8 +172,8 @@ def _w8a8_configs(m: int) -> list[dict]:
             out = [base, dict(base, waves=1), dict(base, waves=4), dict(base, BK=512, num_stages=3),
                    dict(base, BN=128, num_stages=3), dict(base, BN=32, num_warps=2),
                    dict(base, BK=128, num_stages=6)]
-            out += [{"kind": "gemv", "BW": bw, "num_warps": nw, "pdl": 1} for bw, nw in ((64, 4), (128, 4), (128, 8), (256, 8))]
-            out += [{"kind": "gemv", "BN": 16, "BW": 128, "num_warps": 4, "pdl": 1}, {"kind": "gemv", "BW": 128, "num_warps": 4}]
+            out += [{"kind": "gemv", "BW": bw, "num_warps": nw, "pdl": 1} for bw, nw in ((64, 4), (128, 4), (256, 8))]
+            out += [{"kind": "gemv", "BN": 16, "BW": 128, "num_warps": 4, "pdl": 1}]
             return out
         if m <= 64:
             return [{"BM": 64, "BN": 64, "BK": 256, "num_warps": 4, "num_stages": 3},
@@ -208,7 +209,7 @@ def _w8a8_configs(m: int) -> list[dict]:
 def tune_w8a8(log):
     from kernels.w8a8 import _launch, quantize_per_token, w8a8_linear_ref
 
-    _sweep("w8a8", [1, 2, 8, 16, 256] if FINAL else [1, 16, 64, 256], _w8a8_configs, lambda n, k: make_w8a8(n, k, "cuda"),
+    _sweep("w8a8", [2, 8, 16, 256] if FINAL else [1, 16, 64, 256], _w8a8_configs, lambda n, k: make_w8a8(n, k, "cuda"),
            lambda x, p, cfg: _launch(x, p[0], p[1], cfg), lambda x, p: w8a8_linear_ref(x, p[0], p[1]), log,
            shapes=ALL_SHAPES if FINAL else SHAPES)
     if FINAL:
@@ -233,6 +234,9 @@ def _sp_configs(kind: str):
                    for bn, bw, nw, wv in [(16, 8, 4, 4), (32, 8, 4, 4), (16, 8, 4, 2), (64, 8, 8, 2), (16, 4, 4, 4)]]
             if kind == "i":
                 out += [dict(out[0], pdl=1024), dict(out[1], pdl=2048)]
+                out += [dict(out[i], fused=True) for i in range(5)]  # x quantized in every program, no quantizer launch
+                out += [{"kind": "prmt", "BN": 64, "BW": 4, "num_warps": 4, "waves": 2, "fused": True},
+                        {"kind": "prmt", "BN": 32, "BW": 16, "num_warps": 8, "waves": 2, "fused": True}]
             return out
         out = [{"kind": "gemv", "BN": 32, "BW": 8, "num_warps": 4}]  # last session
         for bn, bw, nw in [(32, 4, 4), (64, 4, 4), (32, 8, 4), (16, 8, 4), (64, 8, 8), (128, 4, 8)]:
@@ -252,8 +256,16 @@ def tune_sparse24(log):
            lambda x, p: sparse24_linear_ref(x, p["values"], p["meta"]), log)
     _sweep("sparse24-int8", [1], _sp_configs("i"), lambda n, k: make_sparse24(n, k, torch.int8, "cuda"),
            lambda x, p, cfg: _launch(x, p["values"], p["meta"], p["w_scale"], cfg),
-           lambda x, p: sparse24_w8a8_linear_ref(x, p["values"], p["meta"], p["w_scale"]), log)
-    if FINAL:
+           lambda x, p: sparse24_w8a8_linear_ref(x, p["values"], p["meta"], p["w_scale"]), log,
+           shapes=ALL_SHAPES if FINAL else SHAPES)
+    if FINAL:  # the dense int8 side of the 2:4 target: the runtime's one-token int8 GEMV (its offered tilings)
+        from compress.runtime.decode_kernels import GEMV_I8_CONFIGS, gemv_i8
+        from kernels.w8a8 import w8a8_linear_ref
+
+        _sweep("w8a8-gemv_i8", [1], lambda m: [{"tile": list(c)} for c in GEMV_I8_CONFIGS],
+               lambda n, k: make_w8a8(n, k, "cuda"),
+               lambda x, p, cfg: gemv_i8(x, None, p[0], p[1], x.dtype, tuple(cfg["tile"])),
+               lambda x, p: w8a8_linear_ref(x, p[0], p[1]), log, shapes=ALL_SHAPES)
         return
     # The dense int8 reference of the 2:4 target, with its default config, on the same shapes.
     for n, k in SHAPES:
