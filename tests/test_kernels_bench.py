@@ -58,3 +58,18 @@ def test_linear_markdown_columns():
 def test_bench_without_gpu_is_a_one_line_error(tmp_path):
     with pytest.raises(CompressError, match="needs a CUDA GPU"):
         run_kernel_bench(["vptq"], tmp_path)
+
+
+def test_report_header_names_the_timing_method():
+    from compress.bench.kernel_timing import method_description
+    from compress.bench.kernels import render_markdown
+
+    env = {"device": "H100", "command": "compress bench kernels --timing rotate", "date": "today", "torch": "2", "triton": "3",
+           "cuda": "13", "sms": 132, "copy_gbs": 3000.0, "timing": "rotate", "timing_text": method_description("rotate", "cpu")}
+    md = render_markdown({"env": env, "results": {}, "targets": []})
+    assert "Timing (`--timing rotate`): decode-shaped" in md and ">= 120 times back to back" in md
+
+
+def test_bench_rejects_an_unknown_timing_method(tmp_path):
+    with pytest.raises(CompressError, match="timing method"):
+        run_kernel_bench(["w8a8"], tmp_path, timing="cold")

@@ -171,7 +171,7 @@ def _w8a8_configs(m: int) -> list[dict]:
             base = {"BM": 16, "BN": 64, "BK": 256, "num_warps": 4, "num_stages": 4, "fused": False, "waves": 2, "pdl": 2048}
             out = [base, dict(base, waves=1), dict(base, waves=4), dict(base, BK=512, num_stages=3),
                    dict(base, BN=128, num_stages=3), dict(base, BN=32, num_warps=2),
-                   dict(base, BK=128, num_stages=6)]
+                   dict(base, BK=128, num_stages=6), dict(base, fused=True)]
             out += [{"kind": "gemv", "BW": bw, "num_warps": nw, "pdl": 1} for bw, nw in ((64, 4), (128, 4), (256, 8))]
             out += [{"kind": "gemv", "BN": 16, "BW": 128, "num_warps": 4, "pdl": 1}]
             return out
@@ -183,6 +183,7 @@ def _w8a8_configs(m: int) -> list[dict]:
                 {"BM": 128, "BN": 64, "BK": 128, "num_warps": 4, "num_stages": 3, "m_fast": True},
                 {"BM": 128, "BN": 64, "BK": 128, "num_warps": 4, "num_stages": 4, "m_fast": True, "pdl": 4096},
                 {"BM": 128, "BN": 128, "BK": 128, "num_warps": 8, "num_stages": 3, "m_fast": True},
+                {"BM": 128, "BN": 128, "BK": 128, "num_warps": 8, "num_stages": 3, "m_fast": True, "waves": 1},
                 {"BM": 128, "BN": 128, "BK": 64, "num_warps": 8, "num_stages": 4, "m_fast": True},
                 {"BM": 256, "BN": 64, "BK": 128, "num_warps": 4, "num_stages": 3},
                 {"BM": 256, "BN": 128, "BK": 64, "num_warps": 8, "num_stages": 3},
