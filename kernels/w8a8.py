@@ -342,11 +342,16 @@ def _launch_gemv(x2, weight, sw, out, cfg: dict) -> torch.Tensor:
     pdl = bool(cfg.get("pdl", 0)) and not interpreting()
     xq, sx = quantize_per_token(x2, early=pdl)
     kw = k // 4
+    mt = triton.next_power_of_2(m)
+    warps = cfg.get("num_warps", 4)
     bn = cfg.get("BN") or _gemv_rows(n, x2.device)
+    # Words per step: `acc` accumulator elements per thread (BN x MT x BW / threads; default 32: 56-80 registers
+    # at 4 warps in the sm_90 build, where MT = 8 with 128 words spilled nothing but took 227 and MT = 16 spilled).
+    bw = cfg.get("BW") or max(16, cfg.get("acc", 32) * 32 * warps // (bn * mt))
     _gemv_tokens_kernel[(triton.cdiv(n, bn),)](
         xq.view(torch.int32), sx, weight.view(torch.int32), sw, out, m, n, xq.stride(0) // 4, out.stride(0), kw,
-        MT=triton.next_power_of_2(m), BN=bn, BW=min(cfg.get("BW", 128), triton.next_power_of_2(kw)),
-        USE_ASM=not interpreting(), PDL=pdl, num_warps=cfg.get("num_warps", 4), **({"launch_pdl": True} if pdl else {}))
+        MT=mt, BN=bn, BW=min(triton.next_power_of_2(bw), triton.next_power_of_2(kw)), USE_ASM=not interpreting(),
+        PDL=pdl, num_warps=warps, **({"launch_pdl": True} if pdl else {}))
     return out
 
 

@@ -13,6 +13,7 @@ CONFIGS = [None, {"BM": 16, "BN": 16, "BK": 32, "num_warps": 4, "fused": False, 
            {"BM": 16, "BN": 32, "BK": 64, "num_warps": 4, "fused": True, "split": 2},
            {"BM": 16, "BN": 16, "BK": 32, "num_warps": 4, "fused": False, "split": 2, "m_fast": True}]
 GEMV = {"kind": "gemv", "BN": 8, "BW": 16, "num_warps": 4}
+GEMV_AUTO = {"kind": "gemv", "num_warps": 4, "acc": 4}  # rows and words per step from the launcher
 
 
 def rel_err(a, b):
@@ -42,6 +43,7 @@ def test_few_token_gemv_is_exact(shape):
     x = torch.randn(m, k, device=DEVICE).half()
     out = _launch(x, wq, ws, GEMV)
     assert out.shape == (m, n) and torch.isfinite(out).all()
+    assert torch.equal(out, _launch(x, wq, ws, GEMV_AUTO))
     gemm = {"BM": 16, "BN": 16, "BK": 32, "num_warps": 4, "fused": False, "split": 1}  # split-K would add fp32 partials
     assert torch.equal(out, _launch(x, wq, ws, gemm))
     assert rel_err(out, w8a8_linear_ref(x, wq, ws)) < TOL[torch.float16]

@@ -172,8 +172,8 @@ def _w8a8_configs(m: int) -> list[dict]:
             out = [base, dict(base, waves=1), dict(base, waves=4), dict(base, BK=512, num_stages=3),
                    dict(base, BN=128, num_stages=3), dict(base, BN=32, num_warps=2),
                    dict(base, BK=128, num_stages=6), dict(base, fused=True)]
-            out += [{"kind": "gemv", "BW": bw, "num_warps": nw, "pdl": 1} for bw, nw in ((64, 4), (128, 4), (256, 8))]
-            out += [{"kind": "gemv", "BN": 16, "BW": 128, "num_warps": 4, "pdl": 1}]
+            out += [{"kind": "gemv", "num_warps": 4, "pdl": 1}, {"kind": "gemv", "num_warps": 4, "pdl": 1, "acc": 64},
+                    {"kind": "gemv", "num_warps": 8, "pdl": 1}, {"kind": "gemv", "BN": 16, "num_warps": 4, "pdl": 1}]
             return out
         if m <= 64:
             return [{"BM": 64, "BN": 64, "BK": 256, "num_warps": 4, "num_stages": 3},
