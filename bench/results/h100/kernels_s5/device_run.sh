@@ -2,7 +2,7 @@
 # Session 5 kernel runs (issue 3), one device call from the repo root (kind nvidia-h100-x1):
 #   STAGES="tune table tests" (default: all three, in that order)
 #   tune:  python3 -m compress.bench.kernel_tune --final w8a8 sparse24 (rotating timing, every config checked on
-#          every shape)                                                         -> $OUT/tune.log, tune.json
+#          every shape; one process per job)                        -> $OUT/tune.log, tune_<job>.json
 #   table: python3 -m compress.bench.kernels --suite $SUITES (default w4a16 w8a8 sparse24) $TABLE_ARGS
 #          (rotating timing, the default)                 -> $OUT/table.log, $OUT/kernels/{kernels.md,json} (+ plots: KEEP_PNG=1)
 #   tests: the GPU tests of the W8A8 / 2:4 kernel files and tests/test_glue_kernels.py -> stdout
@@ -19,10 +19,13 @@ echo "commit ${COMMIT:-unknown}"
 for stage in ${STAGES:-tune table tests}; do
   date -u +"== $stage %H:%M:%S"
   case $stage in
-    tune)
-      TUNE_JSON="$OUT/tune.json" timeout "${TUNE_S:-200}" python3 -m compress.bench.kernel_tune --final \
-        ${TUNE_JOBS:-w8a8 sparse24} > "$OUT/tune.log" 2>&1
-      echo "rc $?"; grep -E "^\[tune\]|ERROR|failed" "$OUT/tune.log" | cut -c1-200 | tail -20 ;;
+    tune)  # one process per job, each with its own time limit: a job cut short loses only its own results
+      for job in ${TUNE_JOBS:-w8a8 sparse24}; do
+        TUNE_JSON="$OUT/tune_$job.json" timeout "${TUNE_S:-150}" python3 -m compress.bench.kernel_tune --final $job \
+          >> "$OUT/tune.log" 2>&1
+        echo "$job rc $?"
+      done
+      grep -E "^\[tune\]|ERROR|failed" "$OUT/tune.log" | cut -c1-200 | tail -20 ;;
     table)
       suites=""; for s in ${SUITES:-w4a16 w8a8 sparse24}; do suites="$suites --suite $s"; done
       COMPRESS_BENCH_GEMLITE_M=1,16 COMPRESS_BENCH_GEMLITE_S=${GEMLITE_S:-30} timeout "${TABLE_S:-200}" \
