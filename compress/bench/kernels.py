@@ -250,7 +250,8 @@ def render_markdown(report: dict) -> str:
                   "offers, each checked and timed). vs dense = dense of the same precision / ours (fp16: torch "
                   "F.linear; int8: the W8A8 table's kernel (ms) at the same shape and M, i.e. the runtime's dense W8A8 "
                   "path). Peer: torch semi-structured sparse F.linear (fp16).", "",
-                  linear_markdown(results["sparse24"], "torch_semi_structured_ms", "torch semi-structured (ms)", "vs dense")]
+                  linear_markdown(results["sparse24"], "torch_semi_structured_ms", "torch semi-structured (ms)", "vs dense",
+                                  peers=[("dense_ms", "dense (ms)"), ("best_ms", "best (ms)")])]
     return "\n".join(parts) + "\n"
 
 
