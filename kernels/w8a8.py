@@ -127,6 +127,7 @@ def _w8a8_kernel(
                                      # of each weight row into L2, then wait for the quantization kernel
     M_FAST: tl.constexpr = False,  # grid (m tiles, n tiles, split): the token tiles of one weight tile run side by
                                    # side, so its weights come from DRAM once and from L2 for the other token tiles
+    CHAIN: tl.constexpr = False,  # let a kernel launched after this one with PDL start early (config "chain")
 ):
     if M_FAST:
         pid_m = tl.program_id(0)
@@ -140,6 +141,8 @@ def _w8a8_kernel(
     offs_m = pid_m * BM + tl.arange(0, BM)
     m_mask = offs_m < M
     offs_k = tl.arange(0, BK)
+    if CHAIN:
+        gdc_launch_dependents()  # the next call's quantizer (chain) may launch now; it waits for this grid
     if PDL_PREFETCH > 0:
         # The weights do not depend on the previous kernel: start streaming them into L2 while it runs.
         lines = tl.minimum(pid_s * K_PER_SPLIT + tl.arange(0, PDL_PREFETCH // 128) * 128, K - 1)
@@ -175,13 +178,18 @@ def _w8a8_kernel(
 
 @triton.jit
 def _quant_row_kernel(x_ptr, q_ptr, s_ptr, K, stride_xm, stride_qm, BK: tl.constexpr, EPS: tl.constexpr,
-                      EARLY: tl.constexpr):
+                      EARLY: tl.constexpr, WAIT: tl.constexpr = False):
     """One token per program, the whole row in registers: a single read of x (one memory round trip
     before the GEMM can start, where the blocked loop of `_quant_per_token_kernel` needs two per chunk).
     EARLY: let a kernel launched after this one with programmatic dependent launch start right away (it
-    prefetches its weights, then waits for this grid before reading x)."""
+    prefetches its weights, then waits for this grid before reading x).
+    WAIT: this kernel is itself launched with programmatic dependent launch ("chain"): it may start while the
+    kernel before it still runs, and waits for it (griddepcontrol.wait) before its first load or store -- so
+    only the launch latency overlaps, never a read of x before it is written or a write of a buffer still read."""
     if EARLY:
         gdc_launch_dependents()
+    if WAIT:
+        gdc_wait()
     m = tl.program_id(0)
     offs_k = tl.arange(0, BK)
     mask = offs_k < K
@@ -221,6 +229,7 @@ def _gemv_tokens_kernel(
     BW: tl.constexpr,  # words of K per step
     USE_ASM: tl.constexpr,
     PDL: tl.constexpr,
+    CHAIN: tl.constexpr = False,
 ):
     """Few-token int8 GEMV (dp4a): y[m, n] = (sum_k q_x[m, k] w[n, k]) * s_w[n] * s_x[m] for all M tokens of the
     call in one program per BN output rows, no split-K. Each weight word is read once from DRAM and multiplied
@@ -228,6 +237,8 @@ def _gemv_tokens_kernel(
     tile i + 1 is in flight while tile i is summed, and the first two are requested before `gdc_wait` (PDL: they
     stream in while the activation quantizer runs; weights are never written by it)."""
     pid = tl.program_id(0)
+    if CHAIN:
+        gdc_launch_dependents()
     offs_n = pid * BN + tl.arange(0, BN)
     n_mask = offs_n < N
     offs_t = tl.arange(0, MT)
@@ -269,9 +280,10 @@ def _gemv_tokens_kernel(
 ROW_KERNEL_MAX_K = 32768
 
 
-def quantize_per_token(x: torch.Tensor, early: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def quantize_per_token(x: torch.Tensor, early: bool = False, chain: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(M, K) fp16/bf16 -> (int8 (M, K), fp32 scales (M,)) with the module's rounding. early: the next
-    kernel is launched with programmatic dependent launch and may start before this one ends."""
+    kernel is launched with programmatic dependent launch and may start before this one ends. chain: this
+    kernel is launched that way too (it waits for the kernel before it; see `_quant_row_kernel`)."""
     check_device("quantize_per_token", x)
     x2 = check_activation("quantize_per_token", x, x.shape[-1])
     m, k = x2.shape
@@ -281,8 +293,10 @@ def quantize_per_token(x: torch.Tensor, early: bool = False) -> tuple[torch.Tens
         return q, s
     if k <= ROW_KERNEL_MAX_K:
         bk = triton.next_power_of_2(k)
+        chain = chain and not interpreting()
         _quant_row_kernel[(m,)](x2, q, s, k, x2.stride(0), q.stride(0), BK=bk, EPS=ACT_EPS, EARLY=early and not interpreting(),
-                                num_warps=4 if bk <= 4096 else (8 if bk <= 16384 else 16))
+                                WAIT=chain, num_warps=4 if bk <= 4096 else (8 if bk <= 16384 else 16),
+                                **({"launch_pdl": True} if chain else {}))
         return q, s
     bm = 4
     _quant_per_token_kernel[(triton.cdiv(m, bm),)](x2, q, s, m, k, x2.stride(0), q.stride(0), BM=bm,
@@ -340,7 +354,8 @@ def _launch_gemv(x2, weight, sw, out, cfg: dict) -> torch.Tensor:
     m, k = x2.shape
     n = weight.shape[0]
     pdl = bool(cfg.get("pdl", 0)) and not interpreting()
-    xq, sx = quantize_per_token(x2, early=pdl)
+    chain = pdl and bool(cfg.get("chain"))
+    xq, sx = quantize_per_token(x2, early=pdl, chain=chain)
     kw = k // 4
     mt = triton.next_power_of_2(m)
     warps = cfg.get("num_warps", 4)
@@ -351,7 +366,7 @@ def _launch_gemv(x2, weight, sw, out, cfg: dict) -> torch.Tensor:
     _gemv_tokens_kernel[(triton.cdiv(n, bn),)](
         xq.view(torch.int32), sx, weight.view(torch.int32), sw, out, m, n, xq.stride(0) // 4, out.stride(0), kw,
         MT=mt, BN=bn, BW=min(triton.next_power_of_2(bw), triton.next_power_of_2(kw)), USE_ASM=not interpreting(),
-        PDL=pdl, num_warps=warps, **({"launch_pdl": True} if pdl else {}))
+        PDL=pdl, CHAIN=chain, num_warps=warps, **({"launch_pdl": True} if pdl else {}))
     return out
 
 
@@ -376,7 +391,7 @@ def _launch(x, weight, w_scale, config: dict | None = None) -> torch.Tensor:
     if fused:
         xin, sx = x2, sw  # sx_ptr unused when quantizing in-kernel
     else:
-        xin, sx = quantize_per_token(x2, early=pdl > 0)
+        xin, sx = quantize_per_token(x2, early=pdl > 0, chain=pdl > 0 and bool(cfg.get("chain")))
     k_steps = triton.cdiv(k, cfg["BK"])
     n_tiles, m_tiles = triton.cdiv(n, cfg["BN"]), triton.cdiv(m, cfg["BM"])
     split = cfg.get("split") or plan_split_k(n_tiles * m_tiles, k_steps, x.device, cfg.get("waves", 2.0))
@@ -389,6 +404,7 @@ def _launch(x, weight, w_scale, config: dict | None = None) -> torch.Tensor:
         QUANT_IN_KERNEL=fused, EPS=ACT_EPS, BN=cfg["BN"], BM=cfg["BM"], BK=cfg["BK"],
         PRO_BK=max(cfg["BK"], min(triton.next_power_of_2(k), 16384 // cfg["BM"])),
         PDL_PREFETCH=_pow2_floor(min(pdl, per_steps * cfg["BK"])) if pdl else 0, M_FAST=m_fast,
+        CHAIN=bool(pdl and cfg.get("chain")),
         num_warps=cfg["num_warps"], num_stages=cfg.get("num_stages", 3), **({"launch_pdl": True} if pdl else {}),
     )
     return out.reshape(*lead, n)

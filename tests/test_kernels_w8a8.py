@@ -175,9 +175,9 @@ SCALARS = ("M", "N", "K", "KW", "VW", "MW", "S", "K_PER_SPLIT", "WORDS_PER_SPLIT
            "stride_om")
 CASES = [
     (w8._gemv_tokens_kernel, dict(xq_ptr=I32, sx_ptr=P32, w_ptr=I32, sw_ptr=P32, out_ptr=P16),
-     dict(MT=16, BN=16, BW=16, USE_ASM=True, PDL=True), 4, 1),
+     dict(MT=16, BN=16, BW=16, USE_ASM=True, PDL=True, CHAIN=True), 4, 1),
     (w8._w8a8_kernel, dict(x_ptr="*i8", sx_ptr=P32, w_ptr="*i8", sw_ptr=P32, out_ptr=P16, ws_ptr=P32, lock_ptr=I32),
-     dict(QUANT_IN_KERNEL=False, EPS=1e-8, BN=128, BM=128, BK=128, PRO_BK=128, PDL_PREFETCH=0, M_FAST=True), 8, 3),
+     dict(QUANT_IN_KERNEL=False, EPS=1e-8, BN=128, BM=128, BK=128, PRO_BK=128, PDL_PREFETCH=0, M_FAST=True, CHAIN=True), 8, 3),
     (sp._sparse24_gemv_i_kernel, dict(x_ptr=P16, sx_ptr=P32, v_ptr=I32, meta_ptr=I32, sw_ptr=P32, out_ptr=P16, ws_ptr=P32,
                                       lock_ptr=I32), dict(USE_ASM=True, BN=16, BW=8, PDL_PREFETCH=0, X_FLOAT=True, K=4096, PRO_BK=4096), 4, 1),
 ]
@@ -203,3 +203,29 @@ def test_new_int8_kernels_compile_for_the_h100():
     if "ptxas" in r.stderr and "not found" in r.stderr.lower():
         pytest.skip("this Triton install has no ptxas")
     assert r.returncode == 0 and "compiled 3" in r.stdout, r.stderr[-2000:]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("cfg", [{"BM": 16, "BN": 64, "BK": 256, "num_warps": 4, "num_stages": 4, "fused": False, "waves": 2,
+                                  "pdl": 2048, "chain": 1},
+                                 {"kind": "gemv", "num_warps": 4, "pdl": 1, "chain": 1},
+                                 {"kind": "gemv", "num_warps": 4, "pdl": 1}], ids=["gemm-chain", "gemv-chain", "gemv"])
+@pytest.mark.parametrize("m", [2, 16])
+def test_w8a8_chained_calls_in_a_cuda_graph_gpu(m, cfg):
+    # Calls back to back in one graph, each on the previous call's output (as layers of a model): with "chain"
+    # every quantizer may start while the previous GEMM runs and must wait for it before reading its output.
+    n = k = 4096
+    layers = [make_w8a8(n, k, DEVICE, seed=i) for i in range(4)]
+    x = torch.randn(m, k, device=DEVICE).half()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        outs = [x]
+        for wq, ws in layers:
+            outs.append(_launch(outs[-1], wq, ws, cfg))
+    for _ in range(3):
+        x.copy_(torch.randn_like(x))
+        g.replay()
+        torch.cuda.synchronize()
+        for i, (wq, ws) in enumerate(layers):
+            assert rel_err(outs[i + 1], w8a8_linear_ref(outs[i], wq, ws)) < 3e-3

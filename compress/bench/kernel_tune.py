@@ -171,9 +171,11 @@ def _w8a8_configs(m: int) -> list[dict]:
             base = {"BM": 16, "BN": 64, "BK": 256, "num_warps": 4, "num_stages": 4, "fused": False, "waves": 2, "pdl": 2048}
             out = [base, dict(base, waves=1), dict(base, waves=4), dict(base, BK=512, num_stages=3),
                    dict(base, BN=128, num_stages=3), dict(base, BN=32, num_warps=2),
-                   dict(base, BK=128, num_stages=6), dict(base, fused=True)]
+                   dict(base, BK=128, num_stages=6), dict(base, fused=True), dict(base, chain=1),
+                   dict(base, waves=1, chain=1)]
             out += [{"kind": "gemv", "num_warps": 4, "pdl": 1}, {"kind": "gemv", "num_warps": 4, "pdl": 1, "acc": 64},
-                    {"kind": "gemv", "num_warps": 8, "pdl": 1}, {"kind": "gemv", "BN": 16, "num_warps": 4, "pdl": 1}]
+                    {"kind": "gemv", "num_warps": 8, "pdl": 1}, {"kind": "gemv", "BN": 16, "num_warps": 4, "pdl": 1},
+                    {"kind": "gemv", "num_warps": 4, "pdl": 1, "chain": 1}]
             return out
         if m <= 64:
             return [{"BM": 64, "BN": 64, "BK": 256, "num_warps": 4, "num_stages": 3},
