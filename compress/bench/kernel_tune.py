@@ -71,6 +71,9 @@ def _sweep(name: str, ms: list[int], configs_for, build, call, ref, log: list, t
                     t = math.inf
                 scores.setdefault((m, key), []).append(base / t)
                 times.setdefault((m, key), []).append(t)
+                # one line per timing as it is made: a sweep cut short by its time limit still leaves these
+                print(f"ROW {name} M={m} N={n} K={k} {key} us {1e3 * t:.2f} fp16_us {1e3 * base:.2f} "
+                      f"speedup {base / t:.3f} err {errors.get((m, key), float('nan')):.1e}", flush=True)
         del layer, w
         torch.cuda.empty_cache()
     best = {}
