@@ -40,6 +40,27 @@ def test_clone_weights_gives_fresh_storage_and_keeps_layout():
     assert torch.equal(lc.weight, lin.weight) and lc.weight.data_ptr() != lin.weight.data_ptr()
 
 
+def test_clone_module_clones_plain_tensor_attributes_and_shares_the_rest():
+    class Peer(torch.nn.Module):  # like a third-party layer: packed tensors as plain attributes, a kernel object
+        def __init__(self):
+            super().__init__()
+            self.W_q = torch.arange(8, dtype=torch.int32)
+            self.meta = [torch.ones(2), 3]
+            self.kernel = object()
+            self.inner = torch.nn.Linear(2, 2)
+            self.register_buffer("scales", torch.ones(3))
+
+        def forward(self, x):
+            return x
+
+    p = Peer()
+    c = clone_weights(p)
+    assert c.kernel is p.kernel and c.meta[1] == 3
+    for a, b in ((c.W_q, p.W_q), (c.meta[0], p.meta[0]), (c.scales, p.scales), (c.inner.weight, p.inner.weight)):
+        assert torch.equal(a, b) and a.data_ptr() != b.data_ptr()
+    assert weight_bytes(c) == weight_bytes(p) == 8 * 4 + 2 * 4 + 3 * 4 + (4 + 2) * 4
+
+
 def test_weight_copies_first_is_the_original():
     w = torch.ones(256, 256, dtype=torch.float16)  # 128 KiB on the CPU: L2 default 50 MiB -> 1000 copies
     sets = weight_copies((w,), "cpu")

@@ -18,8 +18,7 @@ Two methods (`call_ms(fn, weights, method=)`):
   (the flush's write-back and one graph launch), which caps the ratio of a fast kernel to a slower one.
 
 Weights are passed as a pytree (tensor, tuple/list/dict of them, or an nn.Module holding them) and the call
-takes that pytree; "rotate" clones it into the copies (tensors cloned, modules deep-copied, anything else
-shared), "flush" passes the original. `time_ms(fn)` is the flush method on a zero-argument call (the name the
+takes that pytree; "rotate" clones it into the copies (tensors cloned, in modules too, anything else shared), "flush" passes the original. `time_ms(fn)` is the flush method on a zero-argument call (the name the
 earlier probe scripts use).
 """
 
@@ -97,7 +96,8 @@ def weight_bytes(weights: Any) -> int:
 
 
 def clone_weights(weights: Any) -> Any:
-    """A copy of the pytree with fresh storage for every tensor (modules deep-copied, other leaves shared)."""
+    """A copy of the pytree with fresh storage for every tensor (modules copied with their tensors cloned, other
+    leaves shared)."""
     if isinstance(weights, torch.Tensor):
         return weights.clone()
     if isinstance(weights, dict):
@@ -107,8 +107,26 @@ def clone_weights(weights: Any) -> Any:
     if isinstance(weights, list):
         return [clone_weights(v) for v in weights]
     if isinstance(weights, torch.nn.Module):
-        return copy.deepcopy(weights)
+        return _clone_module(weights)
     return weights
+
+
+def _clone_module(mod: torch.nn.Module) -> torch.nn.Module:
+    """A shallow copy of the module with every tensor it holds cloned (registered or plain attributes,
+    submodules too); everything else is shared -- a peer's layer may hold compiled kernels or config objects
+    that a deepcopy would duplicate or refuse."""
+    new = copy.copy(mod)  # a new instance with a new __dict__ whose values are the original's
+    for name, value in vars(mod).items():
+        if name == "_parameters":
+            new._parameters = {k: None if p is None else torch.nn.Parameter(p.detach().clone(), p.requires_grad)
+                               for k, p in value.items()}
+        elif name == "_buffers":
+            new._buffers = {k: None if b is None else b.clone() for k, b in value.items()}
+        elif name == "_modules":
+            new._modules = {k: None if m is None else _clone_module(m) for k, m in value.items()}
+        elif isinstance(value, (torch.Tensor, list, tuple, dict)) and _tensors(value):
+            new.__dict__[name] = clone_weights(value)
+    return new
 
 
 def copies_needed(nbytes: int, l2: int, multiple: float = L2_MULTIPLE) -> int:
