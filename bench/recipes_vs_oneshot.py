@@ -83,6 +83,7 @@ def main():
     ap.add_argument("--max-windows", type=int, default=None)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--no-warmup", action="store_true")
+    ap.add_argument("--oneshot-first", action="store_true", help="oneshot's arm runs first for the 1st, 3rd, ... seed (default: compress's)")
     ap.add_argument("--batch-size", type=int, default=None,
                     help="compress's calibration batch size (default: its automatic size); 1 feeds llmcompressor what oneshot builds")
     ap.add_argument("--oneshot-data", choices=("same", "own"), default="same",
@@ -135,7 +136,7 @@ def main():
     rows = []
     for name in recipes:
         for i, seed in enumerate(args.seeds):
-            rows.append(measure(args, name, seed, docs, device, progress, oneshot_first=i % 2 == 1))
+            rows.append(measure(args, name, seed, docs, device, progress, oneshot_first=(i % 2 == 1) != args.oneshot_first))
             # one JSON line per finished row on stdout: a run cut short still leaves its rows in the log
             # (`--merge-log LOG` rebuilds recipes.json/.md from such lines)
             print("ROW " + json.dumps(rows[-1], default=str), flush=True)
