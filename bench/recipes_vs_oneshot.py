@@ -25,6 +25,7 @@ import argparse
 import gc
 import json
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -93,7 +94,14 @@ def main():
     ap.add_argument("--merge-log", nargs="*", type=Path, help="rebuild recipes.json/.md in --out from the ROW lines of these logs (no runs)")
     args = ap.parse_args()
     if args.merge_log:
-        rows = [json.loads(line[4:]) for p in args.merge_log for line in p.read_text().splitlines() if line.startswith("ROW ")]
+        rows = []
+        for p in args.merge_log:
+            for line in p.read_text(errors="replace").splitlines():
+                if line.startswith("ROW "):
+                    try:
+                        rows.append(json.loads(line[4:]))
+                    except json.JSONDecodeError:  # a row cut off when the call's time ran out
+                        print(f"skipped an incomplete ROW line in {p}: {line[:120]}...", file=sys.stderr)
         vers = [json.loads(line[9:]) for p in args.merge_log for line in p.read_text().splitlines() if line.startswith("VERSIONS ")]
         doc = {"versions": vers[-1] if vers else {}, "args": {"model": args.model, "seeds": sorted({r["seed"] for r in rows}), "num_samples": args.num_samples,
                                         "seq_len": args.seq_len, "eval_seq_len": args.eval_seq_len, "max_windows": args.max_windows},
