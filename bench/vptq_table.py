@@ -24,6 +24,7 @@ import argparse
 import copy
 import json
 import platform
+import re
 import sys
 import time
 from pathlib import Path
@@ -195,7 +196,8 @@ class Bench:
         if kind == "vptq":
             preset, _, sets = rest.partition(":")
             # vptq:<preset>:field=value,field=value (ablations, e.g. equalize=0)
-            overrides = {a: json.loads(b) for a, b in (item.split("=", 1) for item in sets.split(",") if item)}
+            # values may be JSON with commas (res_centroids_by_type={"q_proj":0,"up_proj":512}): split before `name=`
+            overrides = {a: json.loads(b) for a, b in (item.split("=", 1) for item in re.split(r",(?=\w+=)", sets) if item)}
             return self.vptq(preset, overrides=overrides or None)
         if kind == "seed":
             preset, _, seed = rest.partition(":")

@@ -49,6 +49,12 @@ class VPTQConfig(BaseModel):
             divisor of N not above v for that layer, with its own codebooks).
         rescale_rows: after assignment, replace each row scale by its least-squares value for the chosen
             indices under H (norm != "none"; only where it lowers that row's loss).
+        row_gain: what rescale_rows solves for: "ls" the least-squares scale (lowest loss of the row, but the
+            reconstruction is shrunk: ||s q||_H^2 = ||w||_H^2 - loss), "norm" the scale that gives the row the
+            float row's H-norm (unbiased output magnitude, loss higher by ~loss^2/4).
+        res_centroids_by_type: residual codebook size per projection name (e.g. {"up_proj": 256, "q_proj": 32}),
+            overriding num_res_centroids for the layers of that name (shared scopes only): moves index bits
+            between projection types within one budget. 0 removes that type's residual.
         equalize: p of the input-column equalisation folded into the model before fitting (equalize.py);
             0 disables, 1 divides each input column's RMS out (to the nearest power of two).
         finetune_steps: Adam steps of end-to-end codebook/row-scale refinement by distillation from the
@@ -79,6 +85,8 @@ class VPTQConfig(BaseModel):
     kmeans_weight: Literal["hessian_diag", "obs"] = "hessian_diag"
     indivisible: Literal["error", "shrink"] = "error"
     rescale_rows: bool = True
+    row_gain: Literal["ls", "norm"] = "ls"
+    res_centroids_by_type: dict[str, int] = Field(default_factory=dict)
     equalize: float = Field(0.0, ge=0.0, le=2.0)
     finetune_steps: int = Field(0, ge=0)
     finetune_lr: float = Field(1e-3, gt=0.0)
@@ -88,9 +96,18 @@ class VPTQConfig(BaseModel):
 
     @model_validator(mode="after")
     def _residual_size(self) -> VPTQConfig:
-        if self.num_res_centroids == 1:
+        if self.num_res_centroids == 1 or 1 in self.res_centroids_by_type.values():
             raise ValueError("num_res_centroids=1 is meaningless; use 0 (no residual) or at least 2")
+        if any(v < 0 or v > 2**20 for v in self.res_centroids_by_type.values()):
+            raise ValueError(f"res_centroids_by_type sizes must lie in 0..2^20, got {self.res_centroids_by_type}")
+        if self.res_centroids_by_type and self.scope == "layer":
+            raise ValueError("res_centroids_by_type needs shared codebooks (scope layer_type or model)")
         return self
+
+    def res_centroids_for(self, key: str) -> int:
+        """Residual codebook size of a shared-codebook scope key ('mlp.up_proj', 'model', 'mlp.up_proj.v4')."""
+        name = key.split(".v")[0].rsplit(".", 1)[-1]
+        return self.res_centroids_by_type.get(name, self.num_res_centroids)
 
     def nominal_bits(self) -> float:
         """Index bits per weight (codebooks, norms and padding excluded)."""
@@ -122,6 +139,15 @@ PRESETS: dict[str, dict] = {
     "vptq_v8_k65536": dict(**_COMMON, num_centroids=65536, num_res_centroids=0, kmeans_max_samples=2**22, kmeans_iters=25),
     "vptq_v8_k4096_r128": dict(
         **_COMMON, num_centroids=4096, num_res_centroids=128, res_beam=8, scope="layer_type", kmeans_max_samples=2**20
+    ),
+    # Session 5: the same main codebooks, residual bits moved from q/k (none) to the MLP (gate/up 512, down 256),
+    # v/o keep 128, rows rescaled to the float rows' output energy (row_gain="norm"). Why (CPU, SmolLM2 blocks
+    # 0-3 quantized, bench/results/cpu/vptq_fit/session5_diagnosis.md): per layer, VPTQ k4096/r128 matched GPTQ
+    # int3 g64 on q/k/v/o but erred 1.3-1.5x more on gate/up/down, and least-squares rows shrink outputs by
+    # their error; q/k tolerate 3x their error (PPL 26.80 -> 25.93, GPTQ int3 25.21). 2.487 bits on SmolLM2.
+    "vptq_v8_k4096_rmix": dict(
+        **_COMMON, num_centroids=4096, num_res_centroids=128, res_beam=8, scope="layer_type", kmeans_max_samples=2**20,
+        row_gain="norm", res_centroids_by_type={"q_proj": 0, "k_proj": 0, "gate_proj": 512, "up_proj": 512, "down_proj": 256},
     ),
     "vptq_v8_k4096_r256": dict(
         **_COMMON, num_centroids=4096, num_res_centroids=256, res_beam=8, scope="layer_type", kmeans_max_samples=2**20
@@ -191,6 +217,8 @@ class VPTQModifierConfig(BaseModel):
     kmeans_weight: Literal["hessian_diag", "obs"] | None = None
     indivisible: Literal["error", "shrink"] | None = None
     rescale_rows: bool | None = None
+    row_gain: Literal["ls", "norm"] | None = None
+    res_centroids_by_type: dict[str, int] | None = None
     equalize: float | None = None
     finetune_steps: int | None = None
     finetune_lr: float | None = None

@@ -239,10 +239,11 @@ def _fit_shared_codebooks(model, batches, linears, vlens, cfg, device, progress)
         weights = wt if cfg.norm != "none" else wt[:, 0]
         main = weighted_kmeans(x, cfg.num_centroids, weights, iters=cfg.kmeans_iters, seed=cfg.seed).half()
         res = None
-        if cfg.num_res_centroids:
+        num_res = cfg.res_centroids_for(key)  # res_centroids_by_type may resize or drop this scope's residual
+        if num_res:
             idx, _ = nearest(x, main.float(), weights)
             r = x - main.float()[idx]
-            res = weighted_kmeans(r, cfg.num_res_centroids, weights, iters=cfg.kmeans_iters, seed=cfg.seed + 1).half()
+            res = weighted_kmeans(r, num_res, weights, iters=cfg.kmeans_iters, seed=cfg.seed + 1).half()
         books[key] = (main, res)
     return books
 
