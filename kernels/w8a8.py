@@ -325,16 +325,21 @@ def _check(x, weight, w_scale):
 
 
 def _config(m: int) -> dict:
-    """Tiles by M: the winners of the H100 sweep of 2026-11-22 (bench/results/h100/kernels/tuned.json,
-    NOTES.md), which produced the W8A8 table there. Every M quantizes x once (`quantize_per_token`)."""
+    """Kernel and tiles by M. Every M quantizes x once (`quantize_per_token`). M <= 2 and 3..16 and > 64: the
+    winners of session 5's H100 sweep under rotating timing (`python -m compress.bench.kernel_tune --final w8a8`,
+    bench/results/h100/kernels_s5/: median speedup over fp16 on the 8 Llama-3 shapes: M = 2 few-token GEMV 1.79x
+    (GEMM 1.60x); M = 8 and 16 GEMM with one wave 1.60x (the two-wave tiles before: 1.41x); M = 256 64x128 tiles,
+    token tiles side by side 0.94x (before 0.86x)). 17..64: session 3's sweep (bench/results/h100/kernels/tuned.json)."""
     tuned = tuned_config("w8a8", m)
     if tuned:
         return tuned
+    if m <= 2:
+        return {"kind": "gemv", "num_warps": 4, "pdl": 1}
     if m <= 16:
-        return {"BM": 16, "BN": 64, "BK": 256, "num_warps": 4, "num_stages": 4, "fused": False, "waves": 2, "pdl": 2048}
+        return {"BM": 16, "BN": 64, "BK": 256, "num_warps": 4, "num_stages": 4, "fused": False, "waves": 1, "pdl": 2048}
     if m <= 64:
         return {"BM": 64, "BN": 64, "BK": 256, "num_warps": 4, "num_stages": 3}
-    return {"BM": 128, "BN": 64, "BK": 128, "num_warps": 4, "num_stages": 3}
+    return {"BM": 64, "BN": 128, "BK": 128, "num_warps": 4, "num_stages": 4, "m_fast": True}
 
 
 GEMV_TOKENS_MAX_M = 16  # the few-token GEMV keeps a (BN, M, BW) accumulator: above 16 tokens the GEMM serves

@@ -177,6 +177,11 @@ def run_kernel_bench(suites: list[str], out_dir: Path, quick: bool = False, comm
     from compress.bench.kernel_timing import check_method, copy_bandwidth_gbs, device_description, method_description
 
     check_method(timing)
+    # The runtime's paths torch.compile small helpers (the int8 epilogue, 2:4 unpacking) per shape and dtype; one
+    # process here builds the 8 Llama shapes x 9 M x 2 dtypes, a model a handful: raise dynamo's limit of 8.
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 512)
+    if hasattr(torch._dynamo.config, "accumulated_recompile_limit"):
+        torch._dynamo.config.accumulated_recompile_limit = max(torch._dynamo.config.accumulated_recompile_limit, 4096)
     if not torch.cuda.is_available():
         raise CompressError("compress bench kernels needs a CUDA GPU and none is visible; run it on the GPU machine")
     unknown = [s for s in suites if s not in SUITES]

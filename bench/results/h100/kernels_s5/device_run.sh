@@ -5,6 +5,7 @@
 #          every shape; one process per job)                        -> $OUT/tune.log, tune_<job>.json
 #   table: python3 -m compress.bench.kernels --suite $SUITES (default w4a16 w8a8 sparse24) $TABLE_ARGS
 #          (rotating timing, the default)                 -> $OUT/table.log, $OUT/kernels/{kernels.md,json} (+ plots: KEEP_PNG=1)
+#   table2: the same with SUITES2 (default w4a16) in a second process    -> $OUT/kernels_w4a16/ (log on stdout)
 #   tests: the GPU tests of the W8A8 / 2:4 kernel files and tests/test_glue_kernels.py -> stdout
 # gemlite (a W4A16 peer) is installed from .whl_k when carried.
 set -o pipefail
@@ -33,6 +34,11 @@ for stage in ${STAGES:-tune table tests}; do
         python3 -m compress.bench.kernels $suites ${TABLE_ARGS:-} --output "$OUT/kernels" > "$OUT/table.log" 2>&1
       echo "rc $?"; tail -12 "$OUT/table.log" | cut -c1-200
       [ -n "$KEEP_PNG" ] || rm -f "$OUT"/kernels/*.png ;;  # the call returns at most 8 files
+    table2)  # a second table process (SUITES2, default w4a16) -> $OUT/kernels_w4a16; its log to stdout only
+      suites=""; for s in ${SUITES2:-w4a16}; do suites="$suites --suite $s"; done
+      COMPRESS_BENCH_GEMLITE_M=1,16 COMPRESS_BENCH_GEMLITE_S=${GEMLITE_S:-30} timeout "${TABLE2_S:-200}" \
+        python3 -m compress.bench.kernels $suites ${TABLE_ARGS:-} --output "$OUT/kernels_w4a16" 2>&1 | tail -12 | cut -c1-200
+      echo "rc $?" ;;
     tests)
       timeout "${TEST_S:-60}" python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_w8a8.py \
         tests/test_kernels_sparse24.py 2>&1 | tail -15 | cut -c1-200
