@@ -24,6 +24,17 @@ from kernels.cases import BENCH_M, LLAMA_SHAPES, make_int4, make_sparse24, make_
 QUICK_M = [1, 16, 64, 256]
 
 
+# Set by the report (compress.bench.kernels): called with a suite's row list after every new row, so a run cut
+# short by its time limit still leaves the rows it measured.
+PROGRESS: Callable[[list[dict]], None] | None = None
+
+
+def _emit(rows: list[dict], row: dict) -> None:
+    rows.append(row)
+    if PROGRESS is not None:
+        PROGRESS(rows)
+
+
 def _rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(((a.float() - b.float()).norm() / b.float().norm().clamp(min=1e-30)).item())
 
@@ -77,8 +88,12 @@ def runtime_paths(build: Callable[[Any], torch.nn.Module], weights: Any, x: torc
     table.run(("bench",), first.kernel_paths(x), x.device)
     pick = table.choice.get(("bench",), names[0])
     best = min(times, key=times.get)
+    # The PathTable's own single-call timings (us; failed or mismatched paths say so): why it picked what it did.
+    runtime_us = {label(k.split(" (")[0]) + (" (" + k.split(" (", 1)[1] if " (" in k else ""): v
+                  for k, v in table.timings.get(("bench",), {}).items()}
     return {"ms": times[pick], "path": label(pick), "best_ms": times[best], "best_path": label(best),
-            "paths": {label(k): v for k, v in times.items()}, "rel_err": max(errs) if errs else None}
+            "paths": {label(k): v for k, v in times.items()}, "rel_err": max(errs) if errs else None,
+            "runtime_us": runtime_us}
 
 
 # Dense W8A8 results by (N, K, M, method): the 2:4 int8 rows compare with exactly the W8A8 table's figure.
@@ -129,7 +144,7 @@ def run_vptq(copy_gbs: float, quick: bool, method: str = DEFAULT_METHOD) -> list
         ours = call_ms(lambda d: vptq_linear(x, n, **d), d, method)
         ref = _fp16_ms(x, w, method)
         nbytes = sum(t.numel() * t.element_size() for t in d.values() if torch.is_tensor(t)) + 2 * (k + n)
-        rows.append({"count": count, "batch_size": 1, "in_features": k, "out_features": n, "main_centroids": main,
+        _emit(rows, {"count": count, "batch_size": 1, "in_features": k, "out_features": n, "main_centroids": main,
                      "residual_centroids": res, "vptq_ms": ours, "torch_ms": ref, "ratio": ours / ref,
                      "gbs": nbytes / (ours * 1e-3) / 1e9, "rel_err": err})
         del d, w
@@ -190,12 +205,17 @@ class _Gemlite:
 
 
 def _path(cfg: dict) -> str:
-    """What ran, for the tables: kernel kind and tiles."""
+    """What ran, for the tables: kernel kind and tiles (and the launch options that differ from the defaults)."""
     kind = cfg.get("kind", "int8-gemm")
     if kind == "dequant":
         return "dequant+cuBLAS"
-    tiles = "x".join(str(cfg[t]) for t in ("BM", "BN", "BK", "BW") if t in cfg)
+    if kind == "gemv" and "BM" not in cfg:  # kernels/w8a8.py's few-token GEMV: rows per program chosen by N
+        tiles = str(cfg.get("BN", "auto"))
+    else:
+        tiles = "x".join(str(cfg[t]) for t in ("BM", "BN", "BK", "BW") if t in cfg)
     extra = f" pdl{cfg['pdl']}" if cfg.get("pdl") else ""
+    extra += "".join(f" {k}" if v is True else f" {k}{v}" for k, v in cfg.items()
+                     if k in ("waves", "fused", "m_fast", "chain") and v)
     return f"{kind} {tiles}/{cfg.get('num_warps', '')}w{extra}"
 
 
@@ -247,7 +267,7 @@ def run_w4a16(copy_gbs: float, quick: bool, method: str = DEFAULT_METHOD) -> lis
                 xb = x.bfloat16()
                 peer = call_ms(lambda t: torch.ops.aten._weight_int4pack_mm(xb, t[0], 128, t[1]), tiny, method)
             gl_ms, gl_err = gl.time(glin, x, want)
-            rows.append(_row(name, n, k, m, o["ours"], ref, wbytes + 2 * m * (k + n), copy_gbs, rel_err=o["rel_err"],
+            _emit(rows, _row(name, n, k, m, o["ours"], ref, wbytes + 2 * m * (k + n), copy_gbs, rel_err=o["rel_err"],
                              tinygemm_ms=peer, gemlite_ms=gl_ms, gemlite_rel_err=gl_err, triton_ms=o["triton_ms"],
                              cuda_gemv_ms=o["cuda_gemv_ms"], path=o["path"]))
         del p, w, tiny, glin, u
@@ -261,7 +281,7 @@ def run_w4a16(copy_gbs: float, quick: bool, method: str = DEFAULT_METHOD) -> lis
                 x = torch.randn(m, k, device="cuda").half()
                 o = _ours_w4a16(x, p, gs, w4a16_linear_ref(x, p["qweight"], p["scales"], p["zeros"], gs), method)
                 ref = _fp16_ms(x, w, method)
-                rows.append(_row(name, n, k, m, o["ours"], ref, wbytes + 2 * m * (k + n), copy_gbs, rel_err=o["rel_err"],
+                _emit(rows, _row(name, n, k, m, o["ours"], ref, wbytes + 2 * m * (k + n), copy_gbs, rel_err=o["rel_err"],
                                  variant=f"g{gs} {'sym' if sym else 'asym'}", triton_ms=o["triton_ms"],
                                  cuda_gemv_ms=o["cuda_gemv_ms"], path=o["path"]))
     return rows
@@ -281,9 +301,9 @@ def run_w8a8(copy_gbs: float, quick: bool, method: str = DEFAULT_METHOD) -> list
             if m > 16:  # torch._int_mm alone: activations already int8, no scaling (its (K, N) column-major operand)
                 xq = torch.randint(-127, 128, (m, k), device="cuda", dtype=torch.int8)
                 peer = call_ms(lambda wt: torch._int_mm(xq, wt.t()), wt, method)
-            rows.append(_row(name, n, k, m, d["ms"], ref, n * k + 4 * n + 2 * m * (k + n), copy_gbs, rel_err=d["rel_err"],
+            _emit(rows, _row(name, n, k, m, d["ms"], ref, n * k + 4 * n + 2 * m * (k + n), copy_gbs, rel_err=d["rel_err"],
                              int_mm_ms=peer, path=d["path"], best_ms=d["best_ms"], best_path=d["best_path"],
-                             paths_ms=d["paths"]))
+                             paths_ms=d["paths"], pathtable_us=d["runtime_us"]))
         del w, wt
     return rows
 
@@ -330,9 +350,10 @@ def run_sparse24(copy_gbs: float, quick: bool, method: str = DEFAULT_METHOD) -> 
                     peer = call_ms(lambda s: F.linear(x, s), semi, method)
                 except Exception:
                     peer = None
-            rows.append(_row(name, n, k, m, o["ms"], ref, fbytes + 2 * m * (k + n), copy_gbs, rel_err=o["rel_err"],
+            _emit(rows, _row(name, n, k, m, o["ms"], ref, fbytes + 2 * m * (k + n), copy_gbs, rel_err=o["rel_err"],
                              variant="fp16", dense_ms=ref, dense_path="torch fp16 F.linear", torch_semi_structured_ms=peer,
-                             path=o["path"], best_ms=o["best_ms"], best_path=o["best_path"], paths_ms=o["paths"]))
+                             path=o["path"], best_ms=o["best_ms"], best_path=o["best_path"], paths_ms=o["paths"],
+                             pathtable_us=o["runtime_us"]))
         del p, w, semi
         q = make_sparse24(n, k, torch.int8, "cuda", seed=n * 3 + k)
         qbytes = q["values"].numel() + q["meta"].numel() * 4 + 4 * n
@@ -343,9 +364,10 @@ def run_sparse24(copy_gbs: float, quick: bool, method: str = DEFAULT_METHOD) -> 
             o = runtime_paths(_sparse24_layer(n, k), q, x, want, method, _sparse24_label(m, True))
             dense = w8a8_dense(n, k, m, method)
             ref = _fp16_ms(x, w, method)
-            rows.append(_row(name, n, k, m, o["ms"], ref, qbytes + 2 * m * (k + n), copy_gbs, rel_err=o["rel_err"],
+            _emit(rows, _row(name, n, k, m, o["ms"], ref, qbytes + 2 * m * (k + n), copy_gbs, rel_err=o["rel_err"],
                              variant="int8 (W8A8)", dense_ms=dense["ms"], dense_path=dense["path"], path=o["path"],
-                             best_ms=o["best_ms"], best_path=o["best_path"], paths_ms=o["paths"]))
+                             best_ms=o["best_ms"], best_path=o["best_path"], paths_ms=o["paths"],
+                             pathtable_us=o["runtime_us"]))
         del q, w
     return rows
 

@@ -198,6 +198,20 @@ def run_kernel_bench(suites: list[str], out_dir: Path, quick: bool = False, comm
     env["command"] = command
     env["date"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     results: dict[str, list[dict]] = {}
+    import compress.bench.kernel_suites as kernel_suites
+
+    last_write = [time.time()]
+
+    def progress(rows: list[dict]) -> None:  # the current suite's rows so far, written every 10 s
+        results[suite] = rows
+        if time.time() - last_write[0] > 10:
+            last_write[0] = time.time()
+            partial = {"env": dict(env, partial=f"{suite}: {len(rows)} rows so far"), "results": results,
+                       "targets": targets(results)}
+            (out_dir / "kernels.json").write_text(json.dumps(partial, indent=1))
+            (out_dir / "kernels.md").write_text(render_markdown(partial))
+
+    kernel_suites.PROGRESS = progress
     for suite in [s for s in SUITE_ORDER if s in suites]:
         t0 = time.time()
         results[suite] = SUITES[suite](env["copy_gbs"], quick, timing)
@@ -217,6 +231,7 @@ def render_markdown(report: dict) -> str:
         f"# Kernel benchmark on {env['device']}",
         "",
         f"Command: `{env['command']}`  ",
+        *([f"**Partial report** (the run was still going or was cut short: {env['partial']}).  "] if env.get("partial") else []),
         f"Date: {env['date']}; torch {env['torch']}, triton {env['triton']}, CUDA {env['cuda']}, {env['sms']} SMs.  ",
         f"Measured device-to-device copy bandwidth: {env['copy_gbs']:.0f} GB/s (bytes read + written).  ",
         f"Timing (`--timing {env.get('timing', 'flush')}`): "
