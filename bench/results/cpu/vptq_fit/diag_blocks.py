@@ -86,7 +86,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--blocks", type=int, default=4)
     p.add_argument("--arm", action="append", default=[])
-    p.add_argument("--cache", default="/tmp/vptq_diag")
+    p.add_argument("--cache", default="/tmp/vptq_diag", help="folder for fitted weights, or 'none'")
     p.add_argument("--out", default=None)
     p.add_argument("--windows", type=int, default=3, help="PPL windows of 2048 (0 = all)")
     p.add_argument("--model", default=None, help="a .gguf path (default: the embedded SmolLM2)")
@@ -113,8 +113,9 @@ def main():
     ids = tokenize_eval_text((data / "wikitext2_raw_test.txt").read_text(), tok)
     probe = ids[-2048:].to(dev)  # held-out tokens for the layer measures (the PPL windows are the first ones)
     regex = f"re:model\\.layers\\.({'|'.join(str(i) for i in range(args.blocks))})\\..*"
-    cache = Path(args.cache)
-    cache.mkdir(parents=True, exist_ok=True)
+    cache = None if args.cache == "none" else Path(args.cache)
+    if cache is not None:
+        cache.mkdir(parents=True, exist_ok=True)
     results = {}
     for arm in args.arm:
         t_arm = time.time()
@@ -138,9 +139,9 @@ def main():
             equalize_model(decoder_blocks(tm, tlin)[1], tlin, cfg.vptq().equalize)
         teacher = {n: m.weight.detach().clone() for n, m in tlin.items()}
         del tm, tlin
-        f = cache / f"{key}.pt"
+        f = None if cache is None else cache / f"{key}.pt"
         info = {}
-        if f.exists():
+        if f is not None and f.exists():
             sd = torch.load(f)
             for n, m in lin.items():
                 m.weight.data.copy_(sd["w"][n])
@@ -159,8 +160,9 @@ def main():
                 info = {"fit_s": time.time() - t, "bits": r.size_report()["bits_per_weight"],
                         "proxy": {n: s["proxy_loss"] for n, s in r.stats.items()}}
             other = {n: p.detach().clone() for n, p in model.named_parameters() if "norm" in n}
-            torch.save({"w": {n: m.weight.detach().clone() for n, m in lin.items()}, "info": info, "other": other}, f)
-            log(arm, "fitted", info.get("fit_s"))
+            if f is not None:
+                torch.save({"w": {n: m.weight.detach().clone() for n, m in lin.items()}, "info": info, "other": other}, f)
+            log(arm, "fitted", info.get("fit_s"), "bits", info.get("bits"))
         model.eval()
         layer, block, block_norm = measure(model, teacher, base, probe, list(lin))
         ppl = perplexity(model, ids, 2048, args.windows or None).ppl

@@ -18,6 +18,6 @@ python -c "import torch, transformers; print('torch', torch.__version__, 'transf
 ARGS=()
 for a in "$@"; do ARGS+=(--arm "$a"); done
 timeout ${LIMIT:-455} python bench/results/cpu/vptq_fit/diag_blocks.py --model $G --device cuda --data .data --calib 128x512 \
-  --full-kmeans --windows 0 --blocks 30 --cache /tmp/vc --out $OUT/diag.json "${ARGS[@]}" > $OUT/log.txt 2>&1
+  --full-kmeans --windows 0 --blocks 30 --cache none --out $OUT/diag.json "${ARGS[@]}" > $OUT/log.txt 2>&1
 echo "rc $?"
 grep -a -v "^20\|it/s\|Warn\|warn" $OUT/log.txt | tail -40
