@@ -33,6 +33,8 @@ def test_res_centroids_by_type_config():
     assert cfg.res_centroids_for("mlp.up_proj") == 64
     assert cfg.res_centroids_for("mlp.up_proj.v4") == 64  # the shrunk-vector scope of the same projection
     assert cfg.res_centroids_for("mlp.down_proj") == 16
+    v = VPTQConfig(scope="layer_type", num_res_centroids=16, res_centroids_by_type={"v_proj": 32})
+    assert v.res_centroids_for("self_attn.v_proj") == 32 and v.res_centroids_for("self_attn.v_proj.v4") == 32
     with pytest.raises(ValueError):
         VPTQConfig(scope="layer", res_centroids_by_type={"q_proj": 0})
     with pytest.raises(ValueError):
@@ -58,3 +60,11 @@ def test_stage_moves_residual_bits_between_projection_types(ids, tmp_path):  # n
     loaded = vptq_checkpoint.load(out)  # the existing reader takes mixed residual sizes per layer
     for name in result.layers:
         assert torch.equal(loaded.get_submodule(name).weight, model.get_submodule(name).weight), name
+
+
+def test_unknown_projection_name_is_a_one_line_error(ids):  # noqa: F811
+    from compress.errors import CompressError
+
+    cfg = VPTQModifierConfig(**CFG, scope="layer_type", res_centroids_by_type={"up_prj": 64})
+    with pytest.raises(CompressError, match="up_prj"):
+        apply_vptq(_model(), _batches(ids, n=1), cfg, device="cpu")

@@ -13,6 +13,7 @@ projection name (q_proj, down_proj, ...).
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -106,7 +107,7 @@ class VPTQConfig(BaseModel):
 
     def res_centroids_for(self, key: str) -> int:
         """Residual codebook size of a shared-codebook scope key ('mlp.up_proj', 'model', 'mlp.up_proj.v4')."""
-        name = key.split(".v")[0].rsplit(".", 1)[-1]
+        name = re.sub(r"\.v\d+$", "", key).rsplit(".", 1)[-1]
         return self.res_centroids_by_type.get(name, self.num_res_centroids)
 
     def nominal_bits(self) -> float:

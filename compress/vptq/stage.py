@@ -213,6 +213,12 @@ def _fit_shared_codebooks(model, batches, linears, vlens, cfg, device, progress)
     groups: dict[str, list[str]] = {}
     for name in linears:
         groups.setdefault(scope_key(name, vlens[name], cfg), []).append(name)
+    unknown = set(cfg.res_centroids_by_type) - {re.sub(r"^.*\.", "", re.sub(r"\.v\d+$", "", k)) for k in groups}
+    if unknown:
+        raise CompressError(
+            f"res_centroids_by_type names {sorted(unknown)} match no codebook scope here "
+            f"({', '.join(sorted(groups))}); use projection names such as up_proj, with scope layer_type"
+        )
     books = {}
     for gi, (key, names) in enumerate(sorted(groups.items())):
         v = vlens[names[0]]
