@@ -38,6 +38,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from compress.bench import kernel_timing
 from compress.packing.int4 import padded_k
 from kernels import cuda_build, w4a16_cuda
 from kernels.cases import make_int4
@@ -71,28 +72,10 @@ def log(*a):
 
 # ------------------------------------------------------------------------------------------------ timing
 def graph_us(calls: list, min_calls: int = MIN_CALLS, reps: int = REPS) -> float:
-    """Median per-call microseconds of a CUDA graph that runs `calls` (thunks) in order, repeated to >= min_calls."""
-    rounds = max(1, -(-min_calls // len(calls)))
-    for c in calls:  # eager warm-up: builds, plans, workspace, Triton compiles
-        c()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(rounds):
-            for c in calls:
-                c()
-    g.replay()
-    g.replay()
-    torch.cuda.synchronize()
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-    for a, b in ev:
-        a.record()
-        g.replay()
-        b.record()
-    torch.cuda.synchronize()
-    ms = statistics.median(a.elapsed_time(b) for a, b in ev)
-    del g
-    return 1000.0 * ms / (rounds * len(calls))
+    """Median per-call microseconds of a CUDA graph that runs `calls` (thunks) in order, repeated to >= min_calls:
+    the tables' rotating timing (compress.bench.kernel_timing.graph_us) with no cap on the graph's length, as this
+    script ran in session 4."""
+    return kernel_timing.graph_us(calls, min_calls=min_calls, reps=reps, max_graph_ms=1e12)
 
 
 def copy_gbs() -> float:
