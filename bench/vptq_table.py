@@ -40,7 +40,7 @@ from compress.errors import CompressError  # noqa: E402
 DEFAULT_ROWS = [
     "base",
     "gptq:2", "gptq:3", "gptq:4",
-    "vptq:vptq_v8_k4096_r128", "vptq:vptq_v8_k4096_rmix", "vptq:vptq_v8_k65536", "vptq:vptq_v8_k4096_r256", "vptq:vptq_v8_k8192_r512",
+    "vptq:vptq_v8_k4096_r128", "vptq:vptq_v8_k65536", "vptq:vptq_v8_k4096_r256", "vptq:vptq_v8_k8192_r512",
     "vptq:vptq_v8_k65536_r256",
     "seed:vptq_v8_k4096_r128:1", "seed:vptq_v8_k4096_r128:2",
     "layer:vptq_v8_k65536:4096x14336", "layer:vptq_v8_k4096_r256:4096x14336",

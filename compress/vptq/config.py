@@ -141,15 +141,6 @@ PRESETS: dict[str, dict] = {
     "vptq_v8_k4096_r128": dict(
         **_COMMON, num_centroids=4096, num_res_centroids=128, res_beam=8, scope="layer_type", kmeans_max_samples=2**20
     ),
-    # Session 5: the same main codebooks, residual bits moved from q/k (none) to the MLP (gate/up 512, down 256),
-    # v/o keep 128, rows rescaled to the float rows' output energy (row_gain="norm"). Why (CPU, SmolLM2 blocks
-    # 0-3 quantized, bench/results/cpu/vptq_fit/session5_diagnosis.md): per layer, VPTQ k4096/r128 matched GPTQ
-    # int3 g64 on q/k/v/o but erred 1.3-1.5x more on gate/up/down, and least-squares rows shrink outputs by
-    # their error; q/k tolerate 3x their error (PPL 26.80 -> 25.93, GPTQ int3 25.21). 2.487 bits on SmolLM2.
-    "vptq_v8_k4096_rmix": dict(
-        **_COMMON, num_centroids=4096, num_res_centroids=128, res_beam=8, scope="layer_type", kmeans_max_samples=2**20,
-        row_gain="norm", res_centroids_by_type={"q_proj": 0, "k_proj": 0, "gate_proj": 512, "up_proj": 512, "down_proj": 256},
-    ),
     "vptq_v8_k4096_r256": dict(
         **_COMMON, num_centroids=4096, num_res_centroids=256, res_beam=8, scope="layer_type", kmeans_max_samples=2**20
     ),
