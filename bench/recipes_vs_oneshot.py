@@ -85,8 +85,9 @@ def main():
     ap.add_argument("--device", default="auto")
     ap.add_argument("--no-warmup", action="store_true")
     ap.add_argument("--oneshot-first", action="store_true", help="oneshot's arm runs first for the 1st, 3rd, ... seed (default: compress's)")
-    ap.add_argument("--batch-size", type=int, default=None,
-                    help="compress's calibration batch size (default: its automatic size); 1 feeds llmcompressor what oneshot builds")
+    ap.add_argument("--batch-size", default=None,
+                    help="compress's calibration batch size: a number or 'auto' (default: compress's own, 1, which feeds "
+                         "llmcompressor what oneshot builds)")
     ap.add_argument("--oneshot-data", choices=("same", "own"), default="same",
                     help="same: oneshot gets exactly the documents compress calibrates on (default); own: oneshot draws "
                          "its own from the whole corpus with its RandomSampler seeded by --seeds")
@@ -94,15 +95,16 @@ def main():
     ap.add_argument("--merge-log", nargs="*", type=Path, help="rebuild recipes.json/.md in --out from the ROW lines of these logs (no runs)")
     args = ap.parse_args()
     if args.merge_log:
-        rows = []
+        rows, vers = [], []
         for p in args.merge_log:
             for line in p.read_text(errors="replace").splitlines():
-                if line.startswith("ROW "):
+                if line.startswith("VERSIONS "):
+                    vers.append(json.loads(line[9:]))
+                elif line.startswith("ROW "):
                     try:
                         rows.append(json.loads(line[4:]))
                     except json.JSONDecodeError:  # a row cut off when the call's time ran out
                         print(f"skipped an incomplete ROW line in {p}: {line[:120]}...", file=sys.stderr)
-        vers = [json.loads(line[9:]) for p in args.merge_log for line in p.read_text().splitlines() if line.startswith("VERSIONS ")]
         doc = {"versions": vers[-1] if vers else {}, "args": {"model": args.model, "seeds": sorted({r["seed"] for r in rows}), "num_samples": args.num_samples,
                                         "seq_len": args.seq_len, "eval_seq_len": args.eval_seq_len, "max_windows": args.max_windows},
                "sources": [str(p) for p in args.merge_log], "rows": rows}
@@ -179,7 +181,7 @@ def measure(args, name: str, seed: int, docs, device: str, progress, oneshot_fir
     if oneshot_first:  # alternate which arm runs first, so warm caches and clocks favour neither
         their_wall, violations = theirs_arm()
     res = run(RunOptions(name, args.model, "c4", args.num_samples, args.seq_len, ours_dir, seed, device, True,
-                         "wikitext2", args.eval_seq_len, args.max_windows, batch_size=getattr(args, "batch_size", None)), progress)
+                         "wikitext2", args.eval_seq_len, args.max_windows, batch_size=args.batch_size), progress)
     r = res.report
     ours_wall = sum(v for k, v in r["timings_s"].items() if "perplexity" not in k)
     if not oneshot_first:

@@ -100,8 +100,10 @@ def auto_batch_size(num_samples: int, seq_len: int) -> int:
     return max(1, min(num_samples, TOKENS_PER_BATCH // seq_len))
 
 
-def parse_batch_size(value: int | str | None) -> int | str:
-    """--batch-size / calibration.batch_size: None -> 1 (the default), "auto", or a positive integer.
+def parse_batch_size(value: int | str | None, name: str = "--batch-size", cli: bool = True) -> int | str:
+    """--batch-size / calibration.batch_size: None -> 1 (the default), "auto", or a positive integer; anything
+    else is an error naming `name`, the value and the fix. cli: command-line text (the keyword in any case, numbers
+    as digit strings); otherwise a recipe value (the keyword exactly; numbers are YAML integers).
 
     Why 1 is the default: llmcompressor's `oneshot` runs one sample per forward pass, and GPTQ's rounding
     follows float summation order, so any other batching gives another (not a better or worse) checkpoint;
@@ -109,14 +111,15 @@ def parse_batch_size(value: int | str | None) -> int | str:
     is the fast choice: same math, other rounding (measured on an H100: AWQ up to 9x faster)."""
     if value is None:
         return 1
-    if isinstance(value, str) and value.strip().lower() == "auto":
-        return "auto"
-    try:
-        n = int(value)
-    except (TypeError, ValueError):
-        n = 0
-    if n < 1 or (isinstance(value, str) and not value.strip().isdigit()):
-        raise CompressError(f"--batch-size {value!r}: give a positive integer (1, the default, reproduces oneshot) or 'auto'")
+    if isinstance(value, str):
+        text = value.strip().lower() if cli else value
+        if text == "auto":
+            return "auto"
+        n = int(text) if cli and text.isdigit() else 0
+    else:
+        n = value if isinstance(value, int) and not isinstance(value, bool) else 0
+    if n < 1:
+        raise CompressError(f"{name} {value!r}: give a positive integer (1 reproduces oneshot) or 'auto'")
     return n
 
 

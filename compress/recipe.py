@@ -46,9 +46,14 @@ class CalibrationSection(BaseModel):
     @field_validator("batch_size", mode="before")
     @classmethod
     def _batch_size(cls, v):
-        if v is None or v == "auto" or (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
-            return v
-        raise ValueError(f"batch_size {v!r}: give a positive integer (1 reproduces oneshot) or 'auto'")
+        from calibration.sampling import parse_batch_size  # the rule --batch-size follows, in one place
+
+        if v is None:
+            return None  # "not set": the CLI's --batch-size, else 1
+        try:
+            return parse_batch_size(v, "batch_size", cli=False)
+        except CompressError as e:
+            raise ValueError(str(e)) from None
 
 
 class ExportSection(BaseModel):
