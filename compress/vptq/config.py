@@ -23,6 +23,12 @@ from compress.errors import CompressError
 CONFIG_VERSION = 1
 
 
+def scope_projection(key: str) -> str:
+    """The projection name a shared-codebook scope key stands for ('mlp.up_proj.v4' -> 'up_proj'; 'model' ->
+    'model'): the names res_centroids_by_type is keyed by."""
+    return re.sub(r"\.v\d+$", "", key).rsplit(".", 1)[-1]
+
+
 class VPTQConfig(BaseModel):
     """How to fit one VPTQ quantization (all layers of a model use the same settings).
 
@@ -107,8 +113,7 @@ class VPTQConfig(BaseModel):
 
     def res_centroids_for(self, key: str) -> int:
         """Residual codebook size of a shared-codebook scope key ('mlp.up_proj', 'model', 'mlp.up_proj.v4')."""
-        name = re.sub(r"\.v\d+$", "", key).rsplit(".", 1)[-1]
-        return self.res_centroids_by_type.get(name, self.num_res_centroids)
+        return self.res_centroids_by_type.get(scope_projection(key), self.num_res_centroids)
 
     def nominal_bits(self) -> float:
         """Index bits per weight (codebooks, norms and padding excluded)."""

@@ -29,7 +29,7 @@ import torch
 from compress.errors import CompressError
 from compress.vptq.config import VPTQConfig
 from compress.vptq.format import VQWeight, index_bits, pack_indices
-from compress.vptq.kmeans import CodebookSearch, weighted_kmeans
+from compress.vptq.kmeans import CodebookSearch, one_cpu_thread, weighted_kmeans
 
 
 @dataclass(frozen=True)
@@ -184,17 +184,12 @@ def gptq_assign(
     w_e = torch.zeros_like(w_f)
     is_out = outlier_mask[order].tolist()
     cols = order.tolist()
-    threads = torch.get_num_threads()
-    if w_f.device.type == "cpu":
-        # One thread for the column loop: its ops are small (~10^5 elements), so a second thread saves
-        # little, and on a shared machine every parallel op can wait a scheduler slice for it (measured:
-        # 60 s vs 6.8 s for one SmolLM2 gate_proj, 2 busy cores). It also makes the result independent
-        # of OMP_NUM_THREADS (a matmul's bits can depend on how its columns are split over threads).
-        torch.set_num_threads(1)
-    try:
+    # One thread on CPU for the column loop: its ops are small (~10^5 elements), so a second thread saves
+    # little, and on a shared machine every parallel op can wait a scheduler slice for it (measured:
+    # 60 s vs 6.8 s for one SmolLM2 gate_proj, 2 busy cores). It also makes the result independent
+    # of OMP_NUM_THREADS (a matmul's bits can depend on how its columns are split over threads).
+    with one_cpu_thread(w_f.device):
         _assign_columns(w, u, s, t, row_w, books, is_out, cols, use_res, beam, block_size, idx, ridx, w_e)
-    finally:
-        torch.set_num_threads(threads)
     return idx, ridx, w_e
 
 

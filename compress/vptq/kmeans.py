@@ -12,6 +12,8 @@ the result bytes) changes from run to run.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
 
 from compress.errors import CompressError
@@ -22,6 +24,19 @@ _CHUNK_ELEMS = {"cpu": 2**24, "cuda": 2**28}
 
 def _chunk_rows(device: torch.device, k: int) -> int:
     return max(1, _CHUNK_ELEMS.get(device.type, 2**24) // k)
+
+
+@contextmanager
+def one_cpu_thread(device: torch.device):
+    """torch on one thread inside the block when `device` is the CPU (restored after): for loops of many small
+    ops, where waiting for a second OpenMP thread on a busy machine costs more than it saves."""
+    threads = torch.get_num_threads()
+    if device.type == "cpu":
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 # Block width of _row_max: a divisor of every power-of-two codebook size from 64 up.
@@ -204,16 +219,11 @@ def weighted_kmeans(
     if k <= _PP_MAX_K and n > k:
         # Seeding on at most 16 samples per centroid: the seeds only need to cover the distribution.
         sub = torch.randperm(n, generator=gen)[: 16 * k].sort().values.to(x.device) if n > 16 * k else slice(None)
-        threads = torch.get_num_threads()
-        if x.device.type == "cpu":
-            # One thread: k sequential steps of small ops (65536 x 8 for k = 4096), where waiting for a
-            # second thread costs more than it saves (58-225 s of 4096 steps with 2 threads on the shared
-            # 2-core box). Every op here is elementwise or per row, so the bits do not depend on threads.
-            torch.set_num_threads(1)
-        try:
+        # One thread on CPU: k sequential steps of small ops (65536 x 8 for k = 4096), where waiting for a
+        # second thread costs more than it saves (58-225 s of 4096 steps with 2 threads on the shared
+        # 2-core box). Every op here is elementwise or per row, so the bits do not depend on threads.
+        with one_cpu_thread(x.device):
             c = _kmeanspp_init(x[sub], w[sub], k, gen)
-        finally:
-            torch.set_num_threads(threads)
     else:
         # Distinct data points (repeated only if n < k; those spares start dead and get re-seeded).
         pick = torch.randperm(n, generator=gen)[: min(n, k)]

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from compress.errors import CompressError
-from compress.vptq.config import VPTQConfig, VPTQModifierConfig
+from compress.vptq.config import VPTQConfig, VPTQModifierConfig, scope_projection
 from compress.vptq.fit import (
     RefineTerm, column_vectors, element_weights, fit_vptq_joint, proxy_loss, refine_codebooks, row_norm, with_codebooks,
 )
@@ -213,7 +213,7 @@ def _fit_shared_codebooks(model, batches, linears, vlens, cfg, device, progress)
     groups: dict[str, list[str]] = {}
     for name in linears:
         groups.setdefault(scope_key(name, vlens[name], cfg), []).append(name)
-    unknown = set(cfg.res_centroids_by_type) - {re.sub(r"^.*\.", "", re.sub(r"\.v\d+$", "", k)) for k in groups}
+    unknown = set(cfg.res_centroids_by_type) - {scope_projection(k) for k in groups}
     if unknown:
         raise CompressError(
             f"res_centroids_by_type names {sorted(unknown)} match no codebook scope here "
