@@ -108,10 +108,9 @@ def _w8a8_layer(n: int, k: int):
     return lambda w: CTW8A8Linear(spec, torch.float16, w[0], w[1])
 
 
-def _w8a8_label(m: int) -> Callable[[str], str]:
-    from kernels.w8a8 import _config
-
-    return lambda name: f"kernel: {_path(_config(m))}" if name == "kernel" else name
+def _kernel_label(cfg: dict) -> Callable[[str], str]:
+    """Names of the runtime's paths for the tables: its "kernel" path with the tiles it runs (`cfg`)."""
+    return lambda name: f"kernel: {_path(cfg)}" if name == "kernel" else name
 
 
 def w8a8_dense(n: int, k: int, m: int, method: str, check: bool = True) -> dict:
@@ -123,7 +122,9 @@ def w8a8_dense(n: int, k: int, m: int, method: str, check: bool = True) -> dict:
         wq, ws = make_w8a8(n, k, "cuda", seed=n + k)
         x = torch.randn(m, k, device="cuda", generator=torch.Generator("cuda").manual_seed(m)).half()
         want = w8a8_linear_ref(x, wq, ws) if check else None
-        _W8A8_DENSE[key] = runtime_paths(_w8a8_layer(n, k), (wq, ws), x, want, method, _w8a8_label(m))
+        from kernels.w8a8 import _config
+
+        _W8A8_DENSE[key] = runtime_paths(_w8a8_layer(n, k), (wq, ws), x, want, method, _kernel_label(_config(m)))
         del wq, ws
     return _W8A8_DENSE[key]
 
@@ -317,15 +318,9 @@ def _sparse24_layer(n: int, k: int):
     return lambda q: Sparse24Linear(spec, torch.float16, q["values"], q["meta"], q.get("w_scale"))
 
 
-def _sparse24_label(m: int, int8: bool) -> Callable[[str], str]:
-    from kernels.sparse24 import _config
-
-    return lambda name: f"kernel: {_path(_config(m, int8))}" if name == "kernel" else name
-
-
 def run_sparse24(copy_gbs: float, quick: bool, method: str = DEFAULT_METHOD) -> list[dict]:
     from kernels.cases import prune_24
-    from kernels.sparse24 import sparse24_linear_ref, sparse24_w8a8_linear_ref
+    from kernels.sparse24 import _config, sparse24_linear_ref, sparse24_w8a8_linear_ref
 
     rows = []
     ms = [1, 16, 256] if quick else BENCH_M
@@ -342,7 +337,7 @@ def run_sparse24(copy_gbs: float, quick: bool, method: str = DEFAULT_METHOD) -> 
         for m in ms:
             x = torch.randn(m, k, device="cuda").half()
             o = runtime_paths(_sparse24_layer(n, k), p, x, sparse24_linear_ref(x, p["values"], p["meta"]), method,
-                              _sparse24_label(m, False))
+                              _kernel_label(_config(m, False)))
             ref = _fp16_ms(x, w, method)
             peer = None
             if semi is not None:
@@ -361,7 +356,7 @@ def run_sparse24(copy_gbs: float, quick: bool, method: str = DEFAULT_METHOD) -> 
         for m in ms:
             x = torch.randn(m, k, device="cuda").half()
             want = sparse24_w8a8_linear_ref(x, q["values"], q["meta"], q["w_scale"])
-            o = runtime_paths(_sparse24_layer(n, k), q, x, want, method, _sparse24_label(m, True))
+            o = runtime_paths(_sparse24_layer(n, k), q, x, want, method, _kernel_label(_config(m, True)))
             dense = w8a8_dense(n, k, m, method)
             ref = _fp16_ms(x, w, method)
             _emit(rows, _row(name, n, k, m, o["ms"], ref, qbytes + 2 * m * (k + n), copy_gbs, rel_err=o["rel_err"],

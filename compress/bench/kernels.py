@@ -202,26 +202,29 @@ def run_kernel_bench(suites: list[str], out_dir: Path, quick: bool = False, comm
 
     last_write = [time.time()]
 
+    def write(run_env: dict) -> dict:  # a run cut short still leaves what it measured
+        report = {"env": run_env, "results": results, "targets": targets(results)}
+        (out_dir / "kernels.json").write_text(json.dumps(report, indent=1))
+        (out_dir / "kernels.md").write_text(render_markdown(report))
+        return report
+
     def progress(rows: list[dict]) -> None:  # the current suite's rows so far, written every 10 s
         results[suite] = rows
         if time.time() - last_write[0] > 10:
             last_write[0] = time.time()
-            partial = {"env": dict(env, partial=f"{suite}: {len(rows)} rows so far"), "results": results,
-                       "targets": targets(results)}
-            (out_dir / "kernels.json").write_text(json.dumps(partial, indent=1))
-            (out_dir / "kernels.md").write_text(render_markdown(partial))
+            write(dict(env, partial=f"{suite}: {len(rows)} rows so far"))
 
     kernel_suites.PROGRESS = progress
-    for suite in [s for s in SUITE_ORDER if s in suites]:
-        t0 = time.time()
-        results[suite] = SUITES[suite](env["copy_gbs"], quick, timing)
-        env[f"{suite}_seconds"] = round(time.time() - t0, 1)
-        write_plot(suite, results[suite], out_dir / f"{suite}.png")
-        print(f"[bench] {suite}: {len(results[suite])} rows in {env[f'{suite}_seconds']} s", flush=True)
-        # Rewrite the report after every suite: a run cut short still leaves what it measured.
-        report = {"env": env, "results": results, "targets": targets(results)}
-        (out_dir / "kernels.json").write_text(json.dumps(report, indent=1))
-        (out_dir / "kernels.md").write_text(render_markdown(report))
+    try:
+        for suite in [s for s in SUITE_ORDER if s in suites]:
+            t0 = time.time()
+            results[suite] = SUITES[suite](env["copy_gbs"], quick, timing)
+            env[f"{suite}_seconds"] = round(time.time() - t0, 1)
+            write_plot(suite, results[suite], out_dir / f"{suite}.png")
+            print(f"[bench] {suite}: {len(results[suite])} rows in {env[f'{suite}_seconds']} s", flush=True)
+            report = write(env)  # after every suite
+    finally:
+        kernel_suites.PROGRESS = None  # no later run in this process writes into this one's report
     return report
 
 
