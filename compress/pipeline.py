@@ -26,6 +26,7 @@ from compress.preflight import preflight, quantizes_int4
 from compress.progress import Progress
 from compress.recipe import CALIBRATION_MODIFIERS, Recipe, load_recipe
 from compress.sizes import checkpoint_bytes, model_size_16bit
+from compress.sparse_gptq import gptq_keeps_24_masks
 from compress.sparsity import capture_masks, check_24, reapply_masks
 
 
@@ -307,7 +308,9 @@ def _run_llmcompressor_stages(model, tokenizer, recipe: Recipe, calib, seq_len: 
             # which fails for GGUF models.
             kwargs = dict(dataset=calib.dataloader(), num_calibration_samples=calib.num_samples, max_seq_length=seq_len, processor=tokenizer)
         try:
-            with compat.config_folder_for_oneshot(model):
+            # Once a 2:4 mask exists, GPTQ quantizes the pruned weights to zero in its loop (compress.sparse_gptq).
+            keep_24 = gptq_keeps_24_masks() if masks else contextlib.nullcontext()
+            with compat.config_folder_for_oneshot(model), keep_24:
                 oneshot(model=model, recipe=yaml.safe_dump(one, sort_keys=False), **kwargs)
         except (CompressError, KeyboardInterrupt):
             raise

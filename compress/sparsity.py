@@ -2,9 +2,10 @@
 
 GPTQ after SparseGPT propagates quantization error into pruned positions, so they come back nonzero
 (measured on stories260K: the 2:4 pattern was gone after llmcompressor's GPTQ). We record each
-layer's mask right after the sparsity stage, re-apply it after the remaining stages (zero is exactly
-representable by symmetric and asymmetric integer grids alike, so the weights stay on their
-quantization grid), then count violating groups.
+layer's mask right after the sparsity stage; GPTQ then keeps it itself (compress.sparse_gptq), and
+after the remaining stages the mask is re-applied as a safety net for any other stage that refills
+(zero is exactly representable by symmetric and asymmetric integer grids alike, so the weights stay
+on their quantization grid; the report counts what was refilled), then every group is checked.
 """
 from __future__ import annotations
 
