@@ -70,6 +70,13 @@ class VPTQConfig(BaseModel):
         finetune_batch: calibration windows per step.
         finetune_holdout: share of the calibration windows held out to pick the best pass (never worse
             than the layer-wise fit on them).
+        own_codebooks: at most this many layers of shared scopes get main/residual codebooks of their own
+            (sized as their scope's): those whose relative distortion under their scope's codebooks (weights and
+            calibration diag(H), no evaluation data) is highest, if at least `own_codebook_ratio` x the scope's
+            median; their scopes are refitted without them. Each costs (k + kr) x v x 16 bits. 0 disables.
+        own_codebook_ratio: the minimum distortion ratio to the scope's median for own_codebooks.
+        hdiag_floor: every live diag(H) entry is raised to at least this fraction of the layer's median one
+            before fitting (k-means weights and error feedback; fit.floor_hdiag); 0 disables.
         seed: seeds every random choice; same seed, inputs and device -> same bytes.
     """
 
@@ -99,6 +106,9 @@ class VPTQConfig(BaseModel):
     finetune_lr: float = Field(1e-3, gt=0.0)
     finetune_batch: int = Field(8, ge=1)
     finetune_holdout: float = Field(0.125, ge=0.0, lt=1.0)
+    own_codebooks: int = Field(0, ge=0)
+    own_codebook_ratio: float = Field(1.5, ge=1.0)
+    hdiag_floor: float = Field(0.0, ge=0.0, le=1.0)
     seed: int = 0
 
     @model_validator(mode="after")
@@ -107,6 +117,8 @@ class VPTQConfig(BaseModel):
             raise ValueError("num_res_centroids=1 is meaningless; use 0 (no residual) or at least 2")
         if any(v < 0 or v > 2**20 for v in self.res_centroids_by_type.values()):
             raise ValueError(f"res_centroids_by_type sizes must lie in 0..2^20, got {self.res_centroids_by_type}")
+        if self.own_codebooks and self.scope == "layer":
+            raise ValueError("own_codebooks needs shared codebooks (scope layer_type or model); with scope layer every layer has its own")
         if self.res_centroids_by_type and self.scope == "layer":
             raise ValueError("res_centroids_by_type needs shared codebooks (scope layer_type or model)")
         return self
@@ -221,6 +233,9 @@ class VPTQModifierConfig(BaseModel):
     finetune_lr: float | None = None
     finetune_batch: int | None = None
     finetune_holdout: float | None = None
+    own_codebooks: int | None = None
+    own_codebook_ratio: float | None = None
+    hdiag_floor: float | None = None
     seed: int | None = None
 
     @model_validator(mode="after")

@@ -86,6 +86,22 @@ def element_weights(hdiag: torch.Tensor, scale: torch.Tensor | None, v: int, n: 
     return w / w.mean().clamp_min(1e-30)
 
 
+def floor_hdiag(hdiag: torch.Tensor, floor: float) -> torch.Tensor:
+    """diag(H) with every live entry raised to at least `floor` x the median live entry (floor 0: unchanged).
+
+    Why: an input channel that is quiet on the calibration text gets almost no weight in the objective, so
+    the error feedback parks error in its weights for free; on other text it may fire (SmolLM2's
+    layers.28.mlp.down_proj: channel 1347 has 60x the mean square on WikiText that it has on C4). A
+    floor bounds every weight's error whatever the calibration says about its channel."""
+    if floor <= 0:
+        return hdiag
+    live = hdiag > 0
+    if not live.any():
+        return hdiag
+    lo = floor * hdiag[live].median()
+    return torch.where(live, hdiag.clamp_min(lo), hdiag)
+
+
 def column_importance(hessian: torch.Tensor, mode: str, damp: float) -> torch.Tensor:
     """Per-input-column k-means weight: H_jj ("hessian_diag") or 1 / (H^-1)_jj ("obs")."""
     if mode == "hessian_diag":
@@ -258,13 +274,16 @@ def fit_vptq_joint(
     res_codebook_key: str | None = None,
     vector_len: int | None = None,
     names: list[str] | None = None,
+    num_res_centroids: int | None = None,
 ) -> list[VQWeight]:
     """fit_vptq for several layers that read the same input (q/k/v, gate/up) and so share one Hessian.
 
     The objective and the error feedback act on each row separately, so stacking the weights along N and
     running one column loop gives each layer what fitting it alone would, in one pass instead of several.
     Codebooks fitted here (codebook=None) and outlier columns are chosen over the stack, so callers stack
-    only layers that share their codebooks and use no outliers.
+    only layers that share their codebooks and use no outliers. num_res_centroids overrides
+    cfg.num_res_centroids for a residual codebook fitted here (a layer taken out of a shared scope keeps
+    its scope's residual size).
     """
     names = names or [f"layer{i}" for i in range(len(weights))]
     v = vector_len or cfg.vector_len
@@ -288,8 +307,12 @@ def fit_vptq_joint(
     dead = hdiag <= 0  # inputs that were always zero: any weight works, 0 quantizes cheapest
     h[dead, dead] = 1.0
     w_f[:, dead] = 0.0
+    if cfg.hdiag_floor > 0:  # quiet channels still bound their weights' error (floor_hdiag)
+        hdiag = floor_hdiag(hdiag, cfg.hdiag_floor)
+        h.diagonal().copy_(torch.where(dead, h.diagonal(), hdiag))
+    num_res = cfg.num_res_centroids if num_res_centroids is None else num_res_centroids
     # Shared codebooks given: a residual exactly when one is given (res_centroids_by_type may drop it).
-    use_res = res_codebook is not None if codebook is not None else cfg.num_res_centroids > 0
+    use_res = res_codebook is not None if codebook is not None else num_res > 0
 
     norm = row_norm(w_f, cfg.norm)
     s, t = norm.factors(n, device)
@@ -325,7 +348,7 @@ def fit_vptq_joint(
         else:
             # Pass 1 with the main codebook alone: its per-column errors are what the residual must fit.
             _, _, w_e = gptq_assign(w_f, u, norm, books, outlier_mask, use_res=False, order=order, block_size=cfg.block_size)
-            res = fit_book(regular, cfg.num_res_centroids, w_e / s[:, None], 1)
+            res = fit_book(regular, num_res, w_e / s[:, None], 1)
         books = Codebooks(books.main, res.float(), books.outlier)
     idx, ridx, _ = gptq_assign(
         w_f, u, norm, books, outlier_mask, use_res=use_res, order=order, block_size=cfg.block_size, beam=cfg.res_beam

@@ -28,7 +28,8 @@ from torch import nn
 from compress.errors import CompressError
 from compress.vptq.config import VPTQConfig, VPTQModifierConfig, scope_projection
 from compress.vptq.fit import (
-    RefineTerm, column_vectors, element_weights, fit_vptq_joint, proxy_loss, refine_codebooks, row_norm, with_codebooks,
+    RefineTerm, column_vectors, element_weights, fit_vptq_joint, floor_hdiag, proxy_loss, refine_codebooks, row_norm,
+    with_codebooks,
 )
 from compress.vptq.equalize import equalize_model
 from compress.vptq.finetune import finetune_codebooks
@@ -198,9 +199,42 @@ def _check_batches(batches: list[dict]) -> None:
             raise CompressError(f"calibration batch {i} has no input_ids (keys: {sorted(b)}); pass tokenized batches")
 
 
+def _layer_vectors(w: torch.Tensor, hdiag: torch.Tensor, v: int, cfg: VPTQConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """A layer's normalised vectors (K*N/v, v) and their k-means element weights (mean 1 per layer)."""
+    norm = row_norm(w, cfg.norm)
+    s = norm.scale.float()[:, None] if norm.scale is not None else 1.0
+    t = norm.bias.float()[:, None] if norm.bias is not None else 0.0
+    ew = element_weights(floor_hdiag(hdiag.clamp_min(0), cfg.hdiag_floor), norm.scale, v, w.shape[0])
+    return column_vectors((w - t) / s, v), (ew if ew.dim() == 2 else ew[:, None].expand(-1, v))
+
+
+# Vectors per layer on which the own-codebook criterion is measured (evenly strided, deterministic).
+_DISTORTION_SAMPLES = 2**14
+
+
+def _relative_distortion(x: torch.Tensor, wt: torch.Tensor, main: torch.Tensor, res: torch.Tensor | None) -> float:
+    """sum w (x - q)^2 / sum w x^2 of vectors x under (main [+ residual]) codebooks, greedy nearest choice:
+    how well a shared codebook fits one layer, before any error feedback."""
+    step = max(1, x.shape[0] // _DISTORTION_SAMPLES)
+    x, wt = x[::step], wt[::step]
+    idx, _ = nearest(x, main.float(), wt)
+    q = main.float()[idx]
+    if res is not None:
+        ridx, _ = nearest(x - q, res.float(), wt)
+        q = q + res.float()[ridx]
+    return float((wt * (x - q).pow(2)).sum() / (wt * x.pow(2)).sum().clamp_min(1e-30))
+
+
 @torch.no_grad()
-def _fit_shared_codebooks(model, batches, linears, vlens, cfg, device, progress) -> dict[str, tuple]:
-    """scope != 'layer': diag(H) from the float model, then one (main, residual) codebook per scope key."""
+def _fit_shared_codebooks(model, batches, linears, vlens, cfg, device, progress, report: dict | None = None) -> dict[str, tuple]:
+    """scope != 'layer': diag(H) from the float model, then one (main, residual) codebook per scope key.
+
+    With cfg.own_codebooks > 0, every member layer's relative distortion under its scope's codebooks is
+    measured (weights and calibration diag(H) only); the layers furthest above their scope's median
+    (ratio >= cfg.own_codebook_ratio, at most cfg.own_codebooks of them) are marked for codebooks of their
+    own and the scopes they leave are refitted without them. `report` (if given) receives
+    {"distortion": {layer: ratio to its scope's median}, "own": [layers]}.
+    """
     hooks = _HessianHooks(linears, diag_only=True)
     body = getattr(model, "base_model", model)  # the decoder without the LM head: its logits are not needed
     try:
@@ -219,22 +253,15 @@ def _fit_shared_codebooks(model, batches, linears, vlens, cfg, device, progress)
             f"res_centroids_by_type names {sorted(unknown)} match no codebook scope here "
             f"({', '.join(sorted(groups))}); use projection names such as up_proj, with scope layer_type"
         )
-    books = {}
-    for gi, (key, names) in enumerate(sorted(groups.items())):
+
+    def data(name):
+        return _layer_vectors(linears[name].weight.detach().float().to(device), hooks.result(name).to(device), vlens[name], cfg)
+
+    def fit_scope(gi: int, key: str, names: list[str]) -> tuple:
         v = vlens[names[0]]
-        vecs, wts = [], []
-        for name in names:
-            w = linears[name].weight.detach().float().to(device)
-            hdiag = hooks.result(name).to(device)
-            norm = row_norm(w, cfg.norm)
-            s = norm.scale.float()[:, None] if norm.scale is not None else 1.0
-            t = norm.bias.float()[:, None] if norm.bias is not None else 0.0
-            vecs.append(column_vectors((w - t) / s, v))
-            # element_weights has mean 1 per layer: every layer's weights count alike in the shared fit.
-            ew = element_weights(hdiag.clamp_min(0), norm.scale, v, w.shape[0])
-            wts.append(ew if ew.dim() == 2 else ew[:, None].expand(-1, v))
-        x, wt = torch.cat(vecs), torch.cat(wts)
-        del vecs, wts
+        parts = [data(name) for name in names]
+        x, wt = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+        del parts
         if cfg.kmeans_max_samples is not None and x.shape[0] > cfg.kmeans_max_samples:
             # Subsample once for both codebooks, so the residual search below costs a sample, not the model.
             gen = torch.Generator(device="cpu").manual_seed(cfg.seed + 7)
@@ -250,20 +277,37 @@ def _fit_shared_codebooks(model, batches, linears, vlens, cfg, device, progress)
             idx, _ = nearest(x, main.float(), weights)
             r = x - main.float()[idx]
             res = weighted_kmeans(r, num_res, weights, iters=cfg.kmeans_iters, seed=cfg.seed + 1).half()
-        books[key] = (main, res)
+        return main, res
+
+    books = {key: fit_scope(gi, key, names) for gi, (key, names) in enumerate(sorted(groups.items()))}
+    if cfg.own_codebooks:
+        ratio: dict[str, float] = {}
+        for key, names in groups.items():
+            dist = {name: _relative_distortion(*data(name), *books[key]) for name in names}
+            med = sorted(dist.values())[len(dist) // 2]
+            ratio.update({name: d / max(med, 1e-30) for name, d in dist.items()})
+        ranked = sorted((r, name) for name, r in ratio.items() if r >= cfg.own_codebook_ratio)[::-1]
+        own = sorted(name for _, name in ranked[: cfg.own_codebooks])
+        for gi, (key, names) in enumerate(sorted(groups.items())):
+            rest = [n for n in names if n not in own]
+            if len(rest) < len(names) and rest:  # the scope's codebook no longer has to cover the atypical layers
+                books[key] = fit_scope(gi, key, rest)
+        if report is not None:
+            report.update(distortion=ratio, own=own)
     return books
 
 
-def _joint_groups(mine: dict[str, nn.Linear], hooks: _HessianHooks, vlens: dict, cfg: VPTQConfig) -> list[list[str]]:
+def _joint_groups(mine: dict[str, nn.Linear], hooks: _HessianHooks, vlens: dict, cfg: VPTQConfig, own=frozenset()) -> list[list[str]]:
     """Layers of one block fitted together: same input (bit-identical Hessian: q/k/v, gate/up), same
-    shared codebook, no outliers (see fit_vptq_joint). Otherwise one layer per group."""
+    shared codebook, no outliers (see fit_vptq_joint). Otherwise one layer per group (layers in `own`
+    have codebooks of their own: always alone)."""
     groups: list[list[str]] = []
     for name in mine:
-        key = scope_key(name, vlens[name], cfg)
+        key = None if name in own else scope_key(name, vlens[name], cfg)
         for g in groups:
             head = g[0]
             if (
-                key is not None and cfg.outlier_cols == 0 and scope_key(head, vlens[head], cfg) == key
+                key is not None and cfg.outlier_cols == 0 and head not in own and scope_key(head, vlens[head], cfg) == key
                 and vlens[head] == vlens[name] and torch.equal(hooks.result(head), hooks.result(name))
             ):
                 g.append(name)
@@ -273,14 +317,17 @@ def _joint_groups(mine: dict[str, nn.Linear], hooks: _HessianHooks, vlens: dict,
     return groups
 
 
-def _fit_group(group, linears, hooks, vlens, cfg, shared) -> dict[str, VQWeight]:
+def _fit_group(group, linears, hooks, vlens, cfg, shared, own=frozenset()) -> dict[str, VQWeight]:
     v = vlens[group[0]]
     key = scope_key(group[0], v, cfg)
+    num_res = cfg.res_centroids_for(key) if key is not None else cfg.num_res_centroids
+    if group[0] in own:  # codebooks of its own, sized as its scope's (residual included)
+        key = None
     main, res = shared.get(key, (None, None)) if key is not None else (None, None)
     fitted = fit_vptq_joint(
         [linears[n].weight.detach() for n in group], hooks.result(group[0]), cfg,
         codebook=main, res_codebook=res, codebook_key=key, res_codebook_key=key if res is not None else None,
-        vector_len=v, names=group,
+        vector_len=v, names=group, num_res_centroids=num_res,
     )
     return dict(zip(group, fitted))
 
@@ -332,7 +379,12 @@ def _apply(model, calibration_batches, config, progress: Progress | None, device
     folds = equalize_model(blocks, linears, cfg.equalize) if cfg.equalize > 0 else {}
     # The float weights the end-to-end refinement distils from (after equalisation: same function).
     teacher = {n: m.weight.detach().clone() for n, m in linears.items()} if cfg.finetune_steps else {}
-    shared = _fit_shared_codebooks(model, calibration_batches, linears, vlens, cfg, dev, progress) if cfg.scope != "layer" else {}
+    own_report: dict = {}
+    shared = (
+        _fit_shared_codebooks(model, calibration_batches, linears, vlens, cfg, dev, progress, own_report)
+        if cfg.scope != "layer" else {}
+    )
+    own = frozenset(own_report.get("own", ()))
 
     # Inputs of block 0 for every batch: stop the forward there and keep (hidden_states, kwargs).
     captured: list[tuple[torch.Tensor, dict]] = []
@@ -370,8 +422,8 @@ def _apply(model, calibration_batches, config, progress: Progress | None, device
                     block(hidden, **kwargs)
             finally:
                 hooks.remove()
-            for group in _joint_groups(mine, hooks, vlens, cfg):
-                fitted = _fit_group(group, linears, hooks, vlens, cfg, shared)
+            for group in _joint_groups(mine, hooks, vlens, cfg, own):
+                fitted = _fit_group(group, linears, hooks, vlens, cfg, shared, own)
                 for name, vq in fitted.items():
                     module = linears[name]
                     key = vq.codebook_key
@@ -382,6 +434,9 @@ def _apply(model, calibration_batches, config, progress: Progress | None, device
                     module.weight.data.copy_(vq.dequantize(module.weight.dtype))
                     layers[name] = vq.to("cpu")
                     stats[name] = {"proxy_loss": vq.extra.get("proxy_loss"), "vector_len": vq.vector_len}
+                    if name in own_report.get("distortion", {}):
+                        stats[name]["distortion_ratio"] = own_report["distortion"][name]
+                        stats[name]["own_codebook"] = name in own
                     if progress:
                         progress(len(layers), total, f"{name}: proxy loss {vq.extra.get('proxy_loss', float('nan')):.4f}")
         # Next block's inputs come from this block with its quantized weights.
