@@ -13,7 +13,8 @@ same dtype (the runtime keeps them so), the checkpoint's packed tensors as they 
 `CompressError` from `w4a16_gemv`; `supports` answers without raising (the runtime's path choice asks it).
 COMPRESS_W4A16_CUDA=0 turns the kernel off; COMPRESS_W4A16_VARIANT forces a build variant;
 COMPRESS_W4A16_CLUSTER=1 / 0 forces split K reduced inside thread-block clusters / through the workspace (see the
-.cu header); COMPRESS_W4A16_PDL picks plain launches (0), programmatic dependent launch (1) or, the default, the
+.cu header); COMPRESS_W4A16_BALANCE=1 / 0 forces the balanced schedule on (where its plan exists) / off (the
+per-row-group split of session 4) for every shape; COMPRESS_W4A16_PDL picks plain launches (0), programmatic dependent launch (1) or, the default, the
 same with the weights read before the previous kernel is done (2: the weights must not be written by the kernel
 launched right before the GEMV; see the .cu header).
 
@@ -78,6 +79,11 @@ SMEM_BYTES = 200 * 1024
 # where that does not hold.
 PDL_DEFAULT = 2
 MAX_CLUSTER = 8  # the .cu's portable cluster size: more K chunks reduce through the workspace
+# Balanced schedule (the .cu header, flag bit 3), per shape and M bucket: (variant, waves). The per-row-group split
+# launches ceil(N / rows) x S CTAs, which rarely fills the SMs evenly (8B gate_up with w16b2s2: 112 CTAs, one per
+# SM, 20 of 132 SMs idle); the balanced one launches sms x round(ctas_per_sm x waves) CTAs and cuts the
+# (row group, k block) units evenly between them. Shapes listed here take it by default (measured faster).
+BALANCED: dict[tuple[int, int], dict[int, tuple[str, float]]] = {}
 _RC = {-1: "M outside 1..16", -2: "group_size not 64/128", -3: "bad split-K plan",
        -4: "shared memory over the device's per-block limit"}
 
@@ -112,17 +118,35 @@ def cluster_mode() -> bool | None:
     return v == "1"
 
 
-def default_config(m: int, n: int | None = None, k: int | None = None) -> tuple[str, float, bool]:
-    """(variant, waves, cluster reduction) for M tokens of an (N, K) layer: TUNED's measured winner for the shape,
-    else DEFAULTS; COMPRESS_W4A16_VARIANT overrides the variant for every M and shape."""
+def balance_mode() -> bool | None:
+    """COMPRESS_W4A16_BALANCE=1 / 0: the balanced schedule for every shape (where its plan exists) / for none;
+    unset: as BALANCED says."""
+    v = os.environ.get("COMPRESS_W4A16_BALANCE")
+    if v is None:
+        return None
+    if v not in ("0", "1"):
+        raise CompressError(f"COMPRESS_W4A16_BALANCE={v!r} is not 0 or 1; unset it or pick one")
+    return v == "1"
+
+
+def default_config(m: int, n: int | None = None, k: int | None = None) -> tuple[str, float, bool, bool]:
+    """(variant, waves, cluster reduction, balanced schedule) for M tokens of an (N, K) layer: BALANCED's entry for
+    the shape, else TUNED's measured winner, else DEFAULTS; COMPRESS_W4A16_BALANCE=1 keeps the variant and waves
+    of TUNED / DEFAULTS and balances them; COMPRESS_W4A16_VARIANT overrides the variant for every M and shape."""
     bucket = next((b for b in sorted(DEFAULTS) if m <= b), max(DEFAULTS))
-    name, waves, cluster = TUNED.get((n, k), {}).get(bucket) or (*DEFAULTS[bucket], False)
+    bal_env = balance_mode()
+    got = BALANCED.get((n, k), {}).get(bucket)
+    if got is not None and bal_env is not False:
+        name, waves, cluster, balanced = *got, False, True
+    else:
+        name, waves, cluster = TUNED.get((n, k), {}).get(bucket) or (*DEFAULTS[bucket], False)
+        balanced = bool(bal_env)
     env = os.environ.get("COMPRESS_W4A16_VARIANT")
     if env is not None:
         if env not in VARIANTS:
             raise CompressError(f"COMPRESS_W4A16_VARIANT={env!r} is not one of {sorted(VARIANTS)}; unset it or pick one")
         name = env
-    return name, waves, cluster
+    return name, waves, cluster, balanced
 
 
 def compile_variant(arch_code: str, name: str) -> Path:
@@ -152,7 +176,7 @@ def build(device: torch.device, name: str | None = None) -> ctypes.CDLL:
         so.w4a16_gemv_rows_per_cta.restype = i
         so.w4a16_gemv_variant.restype = i
         so.w4a16_gemv_ctas_per_sm.restype = i
-        so.w4a16_gemv_ctas_per_sm.argtypes = [i, i, i, i, i]
+        so.w4a16_gemv_ctas_per_sm.argtypes = [i, i, i, i, i, i]
         _libs[key] = so
         return so
 
@@ -259,29 +283,78 @@ def supports(x2: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zero
     return True
 
 
+def plan_balanced(n: int, k: int, m: int, sms: int, name: str, waves: float = 1.0, ctas_per_sm: int = 1,
+                  group_size: int = 128, asym: bool = True) -> tuple[int, int] | None:
+    """(per, ctas) of the balanced schedule, or None where it does not apply (then `plan`'s split serves).
+
+    ctas = sms x round(ctas_per_sm x waves) (at least sms, so every SM gets the same count), at most the units
+    (row groups x 128-k blocks); each CTA takes floor or ceil(units / ctas) consecutive units, row group major.
+    It applies when a CTA's run is at most one row group's blocks long (so it spans at most two row groups: the
+    kernel's two segments), its shared memory fits SMEM_BYTES, and N x kblocks x 4 fits an int (copy offsets).
+    """
+    rows = 16 * VARIANTS[name][0]
+    kblocks = padded_k(k) // BLOCK_K
+    units = -(-n // rows) * kblocks
+    if n * kblocks * 4 >= 2**31:
+        return None
+    ctas = min(units, sms * max(1, round(max(1, ctas_per_sm) * waves)))
+    per = -(-units // ctas)
+    if per > kblocks or smem_bytes(per, m, name, group_size, asym) > SMEM_BYTES:
+        return None
+    return per, ctas
+
+
+def balanced_pieces(n: int, k: int, rows: int, ctas: int) -> list[list[tuple[int, int, int]]]:
+    """Per row group, its pieces in K order as (cta, first block, blocks): the .cu's bal_owner / bal_start
+    arithmetic written out, for tests and notes."""
+    kblocks = padded_k(k) // BLOCK_K
+    units = -(-n // rows) * kblocks
+    out: list[list[tuple[int, int, int]]] = [[] for _ in range(-(-n // rows))]
+    for c in range(ctas):
+        s0, s1 = c * units // ctas, (c + 1) * units // ctas
+        u = s0
+        while u < s1:
+            rg, kb = divmod(u, kblocks)
+            take = min(s1 - u, kblocks - kb)
+            out[rg].append((c, kb, take))
+            u += take
+    return out
+
+
 _plans: dict[tuple, tuple[int, int]] = {}
 
 
 def plan_for(device: torch.device, lib: ctypes.CDLL, name: str, n: int, k: int, m: int, group_size: int, asym: bool,
-             bf16: bool, waves: float, min_blocks: int | None = None, cluster: bool = False) -> tuple[int, int]:
-    """`plan` with the CTAs resident per SM asked of the build's occupancy calculator (cached per call shape)."""
-    key = (device, name, n, k, m, group_size, asym, bf16, waves, min_blocks, cluster)
+             bf16: bool, waves: float, min_blocks: int | None = None, cluster: bool = False,
+             balanced: bool = False) -> tuple[int, int, bool]:
+    """`plan` (or `plan_balanced` when asked and it applies) with the CTAs resident per SM asked of the build's
+    occupancy calculator (cached per call shape): (per, split or CTAs, balanced)."""
+    key = (device, name, n, k, m, group_size, asym, bf16, waves, min_blocks, cluster, balanced)
     cap = MAX_CLUSTER if cluster else None
     got = _plans.get(key)
+    if got is None and balanced:
+        sms = torch.cuda.get_device_properties(device).multi_processor_count
+        occ = lambda per: lib.w4a16_gemv_ctas_per_sm(per, m, group_size, int(asym), int(bf16), 1)  # noqa: E731
+        first = plan_balanced(n, k, m, sms, name, waves, max(1, occ(8)), group_size, asym)
+        if first is not None:
+            bp = plan_balanced(n, k, m, sms, name, waves, max(1, occ(first[0])), group_size, asym)
+            if bp is not None:
+                got = (*bp, True)
+                _plans[key] = got
     if got is None:
         sms = torch.cuda.get_device_properties(device).multi_processor_count
-        occ = lambda per: lib.w4a16_gemv_ctas_per_sm(per, m, group_size, int(asym), int(bf16))  # noqa: E731
+        occ = lambda per: lib.w4a16_gemv_ctas_per_sm(per, m, group_size, int(asym), int(bf16), 0)  # noqa: E731
         # The occupancy depends on the chunk (its staged activations and scales), the chunk on the occupancy:
         # plan at a guess, then once more at the chunk that gave.
         per, _ = plan(n, k, m, sms, name, waves, max(1, occ(8)), min_blocks, group_size, asym, cap)
-        got = plan(n, k, m, sms, name, waves, max(1, occ(per)), min_blocks, group_size, asym, cap)
+        got = (*plan(n, k, m, sms, name, waves, max(1, occ(per)), min_blocks, group_size, asym, cap), False)
         _plans[key] = got
     return got
 
 
 def _launch(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None, group_size: int,
             name: str | None = None, waves: float | None = None, min_blocks: int | None = None,
-            pdl: int | None = None, cluster: bool | None = None) -> torch.Tensor:
+            pdl: int | None = None, cluster: bool | None = None, balanced: bool | None = None) -> torch.Tensor:
     n, k = _check(x, qweight, scales, zeros, group_size)
     lead = x.shape[:-1]
     x2 = x.reshape(-1, k).contiguous()  # (M, K)
@@ -289,25 +362,27 @@ def _launch(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros:
     out = torch.empty(m, n, device=x.device, dtype=x.dtype)
     if m == 0:
         return out.reshape(*lead, n)
-    dname, dwaves, dcluster = default_config(m, n, k)
+    dname, dwaves, dcluster, dbal = default_config(m, n, k)
     name, waves = name or dname, dwaves if waves is None else waves
     pdl = pdl_mode() if pdl is None else int(pdl)
+    balanced = dbal if balanced is None else balanced
     if cluster is None:
         env = cluster_mode()
         cluster = dcluster if env is None else env
-    flags = {0: 0, 1: 1, 2: 3}[pdl] | (4 if cluster else 0)
     lib = build(x.device, name)
     warps = VARIANTS[name][0]
-    per, split = plan_for(x.device, lib, name, n, k, m, group_size, zeros is not None, x.dtype == torch.bfloat16, waves,
-                          min_blocks, cluster)
-    ws, cnt = _workspace.get(x.device, split * m * n if split > 1 else 0, -(-n // (16 * warps)))
+    per, split, bal = plan_for(x.device, lib, name, n, k, m, group_size, zeros is not None, x.dtype == torch.bfloat16,
+                               waves, min_blocks, cluster, balanced)
+    flags = {0: 0, 1: 1, 2: 3}[pdl] | (8 if bal else (4 if cluster else 0))
+    need = 2 * split * m * 16 * warps if bal else (split * m * n if split > 1 else 0)
+    ws, cnt = _workspace.get(x.device, need, -(-n // (16 * warps)))
     rc = lib.w4a16_gemv(
         x2.data_ptr(), int(x.dtype == torch.bfloat16), qweight.data_ptr(), scales.data_ptr(),
         zeros.data_ptr() if zeros is not None else None, out.data_ptr(), ws.data_ptr(), cnt.data_ptr(), m, n, k,
         x2.stride(0), group_size, per, split, flags, torch.cuda.current_stream(x.device).cuda_stream)
     if rc != 0:
         raise CompressError(f"w4a16 CUDA GEMV: launch failed with code {rc} ({_RC.get(rc, 'CUDA error')}; M={m}, N={n}, "
-                            f"K={k}, group {group_size}, per={per}, split={split}, variant {name})")
+                            f"K={k}, group {group_size}, per={per}, split={split}, balanced={bal}, variant {name})")
     return out.reshape(*lead, n)
 
 
@@ -336,8 +411,11 @@ def w4a16_gemv(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zer
 
 def planned(n: int, k: int, m: int, name: str | None = None, group_size: int = 128, asym: bool = False) -> str:
     """The default plan as text, for benchmark tables: variant, K chunk and split (on GPU 0)."""
-    dname, waves, cluster = default_config(m, n, k)
+    dname, waves, cluster, balanced = default_config(m, n, k)
     name = name or dname
     dev = torch.device("cuda", 0)
-    per, split = plan_for(dev, build(dev, name), name, n, k, m, group_size, asym, False, waves, None, cluster)
+    per, split, bal = plan_for(dev, build(dev, name), name, n, k, m, group_size, asym, False, waves, None, cluster,
+                               balanced)
+    if bal:
+        return f"cuda gemv {name} balanced {split} ctas <= {per} blocks"
     return f"cuda gemv {name} per{per} x{split}" + (" cluster" if cluster and 1 < split <= MAX_CLUSTER else "")

@@ -135,20 +135,76 @@ def test_cluster_reduction_gives_the_workspace_bytes(m, n, k, gs, sym):
     x = torch.randn(m, k, device="cuda").half()
     for waves in (1.0, 2.0):
         name = w4a16_cuda.DEFAULT_VARIANT
-        got = w4a16_cuda._launch(x, p["qweight"], p["scales"], p["zeros"], gs, name=name, waves=waves, cluster=True)
-        per, split = w4a16_cuda.plan_for(x.device, w4a16_cuda.build(x.device, name), name, n, k, m, gs, not sym, False,
-                                         waves, None, True)
+        got = w4a16_cuda._launch(x, p["qweight"], p["scales"], p["zeros"], gs, name=name, waves=waves, cluster=True,
+                                 balanced=False)
+        per, split, _ = w4a16_cuda.plan_for(x.device, w4a16_cuda.build(x.device, name), name, n, k, m, gs, not sym,
+                                            False, waves, None, True)
         want = w4a16_cuda._launch(x, p["qweight"], p["scales"], p["zeros"], gs, name=name, waves=waves, cluster=False,
-                                  min_blocks=per)  # the same chunks, through the workspace
+                                  min_blocks=per, balanced=False)  # the same chunks, through the workspace
         assert per * split >= padded_k(k) // 128
         assert torch.equal(got, want) or split > w4a16_cuda.MAX_CLUSTER
         assert rel_err(got, w4a16_linear_ref(x, p["qweight"], p["scales"], p["zeros"], gs)) < TOL[torch.float16]
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        out = w4a16_cuda._launch(x, p["qweight"], p["scales"], p["zeros"], gs, cluster=True, pdl=2)
+        out = w4a16_cuda._launch(x, p["qweight"], p["scales"], p["zeros"], gs, cluster=True, pdl=2, balanced=False)
     graph.replay()
     torch.cuda.synchronize()
-    assert torch.equal(out, w4a16_cuda._launch(x, p["qweight"], p["scales"], p["zeros"], gs, cluster=True))
+    assert torch.equal(out, w4a16_cuda._launch(x, p["qweight"], p["scales"], p["zeros"], gs, cluster=True,
+                                               balanced=False))
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("gs,sym", [(128, True), (64, False)], ids=["g128sym", "g64asym"])
+@pytest.mark.parametrize("n,k", [(28672, 4096), (4096, 14336), (6144, 4096), (1000, 2112), (257, 320), (1024, 8192)])
+def test_balanced_schedule_matches_reference(dtype, gs, sym, n, k):
+    """The balanced schedule (runs across row groups, partials reduced by the last piece to arrive) against the
+    reference, for every variant that plans it, M in both token-tile counts; repeated calls give the same bytes."""
+    p = layer(n, k, gs, sym, dtype, seed=n + k + 1)
+    ran = 0
+    for m in (1, 4, 9, 16):
+        x = torch.randn(m, k, device="cuda", generator=torch.Generator("cuda").manual_seed(m)).to(dtype)
+        want = w4a16_linear_ref(x, p["qweight"], p["scales"], p["zeros"], gs)
+        for name in ("w16b2s2", "w8b2s3", "w4b2s4"):
+            for waves in (0.5, 1.0):
+                per, ctas, bal = w4a16_cuda.plan_for(x.device, w4a16_cuda.build(x.device, name), name, n, k, m, gs,
+                                                     not sym, dtype == torch.bfloat16, waves, None, False, True)
+                out = w4a16_cuda._launch(x, p["qweight"], p["scales"], p["zeros"], gs, name=name, waves=waves,
+                                         balanced=True)
+                err = rel_err(out, want)
+                assert err < TOL[dtype], f"M={m} {name} waves {waves} (per {per}, {ctas} ctas, balanced {bal}): {err:.2e}"
+                again = w4a16_cuda._launch(x, p["qweight"], p["scales"], p["zeros"], gs, name=name, waves=waves,
+                                           balanced=True)
+                assert torch.equal(out, again)
+                ran += bal
+    assert ran > 0
+
+
+@gpu
+@pytest.mark.parametrize("m", [1, 16])
+def test_balanced_back_to_back_with_pdl_and_graphs(m):
+    """Balanced GEMVs chained with programmatic dependent launch, eager and in CUDA-graph replays (the counters
+    reset themselves), give the bytes of plain balanced launches."""
+    shapes = [(28672, 4096), (4096, 14336), (6144, 4096)]
+    layers = [layer(n, k, 128, True, torch.float16, seed=20 + i) for i, (n, k) in enumerate(shapes)]
+    xs = [torch.randn(m, k, device="cuda").half() for _, k in shapes]
+
+    def step(pdl):
+        return [w4a16_cuda._launch(x, p["qweight"], p["scales"], None, 128, pdl=pdl, balanced=True)
+                for x, p in zip(xs * 2, layers * 2)]
+
+    want = step(0)
+    for mode in (1, 2):
+        assert all(torch.equal(a, b) for a, b in zip(step(mode), want)), mode
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            outs = step(mode)
+        for _ in range(3):
+            graph.replay()
+            torch.cuda.synchronize()
+            assert all(torch.equal(a, b) for a, b in zip(outs, want)), mode
+    for x, p, got in zip(xs, layers, want):
+        assert rel_err(got, w4a16_linear_ref(x, p["qweight"], p["scales"], None, 128)) < TOL[torch.float16]
 
 
 @gpu
@@ -219,17 +275,78 @@ def test_unaligned_qweight_is_refused():
 
 def test_default_config_by_m_and_shape(monkeypatch):
     monkeypatch.delenv("COMPRESS_W4A16_VARIANT", raising=False)
+    monkeypatch.delenv("COMPRESS_W4A16_BALANCE", raising=False)
     for m in range(1, 17):
         bucket = min(b for b in w4a16_cuda.DEFAULTS if m <= b)
-        name, waves, cluster = w4a16_cuda.default_config(m)
-        assert name in w4a16_cuda.VARIANTS and waves > 0 and not cluster
+        name, waves, cluster, bal = w4a16_cuda.default_config(m)
+        assert name in w4a16_cuda.VARIANTS and waves > 0 and not cluster and not bal
         assert (name, waves) == w4a16_cuda.DEFAULTS[bucket]
-        assert w4a16_cuda.default_config(m, 100, 4096) == (name, waves, False)  # a shape the table does not list
+        assert w4a16_cuda.default_config(m, 100, 4096) == (name, waves, False, False)  # a shape no table lists
         for (n, k), by_bucket in w4a16_cuda.TUNED.items():
-            assert w4a16_cuda.default_config(m, n, k) == by_bucket[bucket]
+            if bucket not in w4a16_cuda.BALANCED.get((n, k), {}):
+                assert w4a16_cuda.default_config(m, n, k) == (*by_bucket[bucket], False)
             assert by_bucket[bucket][0] in w4a16_cuda.VARIANTS
+        for (n, k), by_bucket in w4a16_cuda.BALANCED.items():
+            if bucket in by_bucket:
+                assert w4a16_cuda.default_config(m, n, k) == (*by_bucket[bucket], False, True)
+                assert by_bucket[bucket][0] in w4a16_cuda.VARIANTS
     monkeypatch.setenv("COMPRESS_W4A16_VARIANT", "w16b2s2")
     assert w4a16_cuda.default_config(1)[0] == "w16b2s2"
+
+
+def test_balance_switch(monkeypatch):
+    """COMPRESS_W4A16_BALANCE=1 balances the TUNED / default config of every shape; =0 turns BALANCED off."""
+    monkeypatch.delenv("COMPRESS_W4A16_VARIANT", raising=False)
+    monkeypatch.setattr(w4a16_cuda, "BALANCED", {(4096, 4096): {8: ("w4b2s4", 1.0)}})
+    monkeypatch.delenv("COMPRESS_W4A16_BALANCE", raising=False)
+    assert w4a16_cuda.default_config(1, 4096, 4096) == ("w4b2s4", 1.0, False, True)
+    assert w4a16_cuda.default_config(16, 4096, 4096) == (*w4a16_cuda.TUNED[(4096, 4096)][16], False)
+    monkeypatch.setenv("COMPRESS_W4A16_BALANCE", "0")
+    assert w4a16_cuda.default_config(1, 4096, 4096) == (*w4a16_cuda.TUNED[(4096, 4096)][8], False)
+    monkeypatch.setenv("COMPRESS_W4A16_BALANCE", "1")
+    assert w4a16_cuda.default_config(1, 6144, 4096) == (*w4a16_cuda.TUNED[(6144, 4096)][8], True)
+    assert w4a16_cuda.default_config(1, 100, 64) == (*w4a16_cuda.DEFAULTS[8], False, True)
+    monkeypatch.setenv("COMPRESS_W4A16_BALANCE", "yes")
+    with pytest.raises(CompressError, match=r"COMPRESS_W4A16_BALANCE='yes' is not 0 or 1; unset it or pick one"):
+        w4a16_cuda.default_config(1)
+
+
+@pytest.mark.parametrize("name,waves,ctas", [("w16b2s2", 1.0, 1), ("w8b2s3", 0.5, 2), ("w8b2s3", 1.0, 2),
+                                               ("w4b2s4", 1.0, 4), ("w2b2s6", 0.5, 8)])
+@pytest.mark.parametrize("m", [1, 16])
+@pytest.mark.parametrize("n,k", [(1024, 4096), (4096, 4096), (6144, 4096), (28672, 4096), (4096, 14336),
+                                 (8192, 28672), (33, 192), (100, 64), (1000, 2112)])
+def test_balanced_plan_gives_each_unit_to_one_cta_in_at_most_two_segments(name, waves, ctas, m, n, k):
+    """Where the balanced plan applies: every (row group, block) unit is in exactly one CTA's run, runs differ
+    by at most one block, a CTA touches at most two row groups, a row group's pieces are contiguous in K and in
+    CTA order, and the .cu's owner formula ((u + 1) * S - 1) // units names the CTA of every piece's first unit."""
+    got = w4a16_cuda.plan_balanced(n, k, m, 132, name, waves, ctas)
+    rows = 16 * w4a16_cuda.VARIANTS[name][0]
+    kblocks, groups = padded_k(k) // 128, -(-n // rows)
+    units = groups * kblocks
+    if got is None:  # only where a run would be longer than a row group or over the shared-memory budget
+        c = min(units, 132 * max(1, round(ctas * waves)))
+        per = -(-units // c)
+        assert per > kblocks or w4a16_cuda.smem_bytes(per, m, name) > w4a16_cuda.SMEM_BYTES
+        return
+    per, c = got
+    assert c <= units and c % 132 == 0 or c == units
+    assert per == -(-units // c) and per <= kblocks
+    assert w4a16_cuda.smem_bytes(per, m, name) <= w4a16_cuda.SMEM_BYTES
+    pieces = w4a16_cuda.balanced_pieces(n, k, rows, c)
+    assert len(pieces) == groups
+    lengths = [0] * c
+    touched = [set() for _ in range(c)]
+    for rg, ps in enumerate(pieces):
+        assert ps[0][1] == 0 and sum(t for _, _, t in ps) == kblocks
+        for (c0, kb0, t0), (c1, kb1, _) in zip(ps, ps[1:]):
+            assert c1 == c0 + 1 and kb1 == kb0 + t0  # contiguous: piece order is K order
+        for cta, kb, take in ps:
+            assert (((rg * kblocks + kb) + 1) * c - 1) // units == cta
+            lengths[cta] += take
+            touched[cta].add(rg)
+    assert max(lengths) - min(lengths) <= 1 and min(lengths) >= 1
+    assert max(len(t) for t in touched) <= 2
 
 
 def test_supports_is_false_on_cpu_and_with_the_kill_switch(monkeypatch):

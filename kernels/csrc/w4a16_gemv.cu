@@ -232,7 +232,16 @@ struct Args {
   int M, N, K, ldx, KW, G, kblocks, per, S;
   int early;           // programmatic dependent launch: weights and scales are read before the wait
   int cluster;         // S > 1: the S CTAs of a row group form a cluster and reduce through shared memory
+  int bal;             // balanced schedule: S CTAs share the R x kblocks (row group, block) units evenly
+  int units;           // bal: R * kblocks
 };
+
+// Balanced schedule (flag bit 3): the R x kblocks units (row group, 128-k block), row group major, are cut into S
+// contiguous runs of floor/ceil(units / S) blocks, CTA c taking units [c * units / S, (c + 1) * units / S). A
+// run is at most kblocks long (the launcher checks), so it covers the tail of one row group and/or the head of
+// the next: at most two segments. CTA that holds unit u, and the first unit of CTA c:
+__device__ __forceinline__ int bal_owner(long long u, const Args& a) { return (int)(((u + 1) * a.S - 1) / a.units); }
+__device__ __forceinline__ long long bal_start(int c, const Args& a) { return (long long)c * a.units / a.S; }
 
 // Shared memory of a CTA, in this order (every part a multiple of 16 bytes):
 //   ring   WARPS x STAGES x SLOT bytes (weights)
@@ -252,15 +261,27 @@ __host__ __device__ __forceinline__ size_t smem_bytes(int per, int M, bool g64, 
   return ring_bytes() + xs_bytes(per, M) + sc_bytes(per, g64) + zc_bytes(per, g64, asym);
 }
 
-template <typename T, bool ASYM, bool G64, int MT>
+template <typename T, bool ASYM, bool G64, int MT, bool BAL>
 __global__ void __launch_bounds__(THREADS, 512 / THREADS) w4a16_gemv_kernel(const Args a) {
   extern __shared__ uint4 smem[];
   __shared__ int last;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int n_base = blockIdx.x * ROWS;
+  // The CTA's blocks: segment A = row group n_base / ROWS, blocks blk0 .. blk0 + la - 1; with the balanced
+  // schedule, segment B = the next row group's blocks 0 .. nb - la - 1 (local blocks la .. nb - 1).
   const int split = blockIdx.y;
-  const int blk0 = split * a.per;
-  const int nb = min(a.per, a.kblocks - blk0);
+  int n_base, blk0, nb, la;
+  if (BAL) {
+    const long long s0 = bal_start(blockIdx.x, a), s1 = bal_start(blockIdx.x + 1, a);
+    n_base = (int)(s0 / a.kblocks) * ROWS;
+    blk0 = (int)(s0 % a.kblocks);
+    nb = (int)(s1 - s0);
+    la = min(nb, a.kblocks - blk0);
+  } else {
+    n_base = blockIdx.x * ROWS;
+    blk0 = split * a.per;
+    nb = min(a.per, a.kblocks - blk0);
+    la = nb;
+  }
   const int lanes_m = 4 * a.M;
   constexpr int GPB = G64 ? 2 : 1;
 
@@ -276,7 +297,10 @@ __global__ void __launch_bounds__(THREADS, 512 / THREADS) w4a16_gemv_kernel(cons
   if (!a.early) grid_dep_wait();
   const uint64_t pol = evict_first_policy();
   const uint32_t my_ring = smem_addr(ring + warp * STAGES * SLOT);
+  // src: segment A's copy source; srcb (balanced, segment B): the row's start + block u, as a 16-byte-vector
+  // offset from q (the launcher checks that N * KW / 4 fits an int).
   const uint4* src[CPL];
+  int srcb[CPL];
   uint32_t dst[CPL];
   int cblk[CPL];
 #pragma unroll
@@ -286,6 +310,8 @@ __global__ void __launch_bounds__(THREADS, 512 / THREADS) w4a16_gemv_kernel(cons
     const int row = n_base + warp * 16 + r;
     const int rr = row < a.N ? row : 0;
     src[i] = a.q + (size_t)rr * (a.KW / 4) + (size_t)(blk0 + u) * 4 + piece;
+    const int rowb = row + ROWS;
+    if (BAL) srcb[i] = (rowb < a.N ? rowb : 0) * (a.KW / 4) + u * 4 + piece;
     const int pu = SB > 1 ? (u ^ (r & 1)) : u;
     dst[i] = (uint32_t)(r * SB * 64 + pu * 64 + piece * 16);
     cblk[i] = u;
@@ -295,7 +321,9 @@ __global__ void __launch_bounds__(THREADS, 512 / THREADS) w4a16_gemv_kernel(cons
     const uint32_t base = my_ring + (uint32_t)((st % STAGES) * SLOT);
 #pragma unroll
     for (int i = 0; i < CPL; ++i) {
-      if (st * SB + cblk[i] < nb) cp_async16(base + dst[i], src[i] + (size_t)st * SB * 4, pol);
+      const int lbk = st * SB + cblk[i];
+      const uint4* from = !BAL || lbk < la ? src[i] + st * SB * 4 : a.q + (srcb[i] + (long long)(st * SB - la) * 4);
+      if (lbk < nb) cp_async16(base + dst[i], from, pol);
     }
   };
 #pragma unroll
@@ -309,7 +337,7 @@ __global__ void __launch_bounds__(THREADS, 512 / THREADS) w4a16_gemv_kernel(cons
   // issued, so the two round trips overlap (most chunks fit in one batch).
   // Loaded in row pairs (one 32-bit scale load, one 16-bit zero load; two 16-bit loads when N is odd or a
   // pointer is not aligned for that), so a batch costs few registers.
-  const int sc_pairs = nb * GPB * ROWS / 2, g0 = blk0 * GPB;
+  const int sc_pairs = nb * GPB * ROWS / 2;
   const bool n_even = (a.N & 1) == 0 && (reinterpret_cast<uintptr_t>(a.s) & 3) == 0 &&
                       (!ASYM || (reinterpret_cast<uintptr_t>(a.z) & 1) == 0);  // and the pointers allow it
   constexpr int SBATCH = 8;  // row pairs per thread in flight
@@ -321,8 +349,9 @@ __global__ void __launch_bounds__(THREADS, 512 / THREADS) w4a16_gemv_kernel(cons
       sv[r] = 0u;
       zv[r] = 0u;
       if (e < 2 * sc_pairs) {
-        const int gl = e / ROWS, row = n_base + e % ROWS;
-        const int gg = g0 + gl;
+        const int gl = e / ROWS, lbk = gl / GPB, segb = BAL && lbk >= la;  // local block, in segment B
+        const int row = n_base + segb * ROWS + e % ROWS;
+        const int gg = (segb ? lbk - la : blk0 + lbk) * GPB + gl % GPB;
         if (gg < a.G && row < a.N) {
           const size_t off = (size_t)gg * a.N + row;
           if (n_even) {  // row even, N even: the pair is aligned and both rows exist
@@ -368,7 +397,8 @@ __global__ void __launch_bounds__(THREADS, 512 / THREADS) w4a16_gemv_kernel(cons
         lo[r] = hi[r] = make_uint2(0u, 0u);
         if (un < units) {
           const int ln = un % lanes_m, rest = un / lanes_m;
-          const int k0 = (blk0 + (rest >> 2)) * 128 + 16 * (rest & 3) + 4 * (ln & 3);
+          const int lbk = rest >> 2;
+          const int k0 = (!BAL || lbk < la ? blk0 + lbk : lbk - la) * 128 + 16 * (rest & 3) + 4 * (ln & 3);
           const uint16_t* xr = a.x + (size_t)(ln >> 2) * a.ldx + k0;
           if (xvec && k0 + 67 < a.K) {
             lo[r] = __ldg(reinterpret_cast<const uint2*>(xr));
@@ -413,6 +443,37 @@ __global__ void __launch_bounds__(THREADS, 512 / THREADS) w4a16_gemv_kernel(cons
   float acc[MT][4];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.f;
+  const int lr = warp * 16 + g;  // the lane's first row inside the CTA (second: lr + 8)
+  // Balanced schedule: a segment's sums go straight to y when its CTA is the row group's only piece, else to
+  // workspace slot 2 c + (0: segment A, 1: segment B) as (slot, token, row in the group) fp32 partials.
+  auto bal_pieces = [&](int rg, int* first) {
+    const int c0 = bal_owner((long long)rg * a.kblocks, a);
+    if (first) *first = c0;
+    return bal_owner((long long)(rg + 1) * a.kblocks - 1, a) - c0 + 1;
+  };
+  auto store_seg = [&](int rbase, int slot, bool direct) {
+    const int row_a = rbase + lr, row_b = row_a + 8;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      const int tok0 = 8 * mt + 2 * t, tok1 = tok0 + 1;
+      if (direct) {
+        if (row_a < a.N && tok0 < a.M) a.out[(size_t)tok0 * a.N + row_a] = to_bits<T>(acc[mt][0]);
+        if (row_a < a.N && tok1 < a.M) a.out[(size_t)tok1 * a.N + row_a] = to_bits<T>(acc[mt][1]);
+        if (row_b < a.N && tok0 < a.M) a.out[(size_t)tok0 * a.N + row_b] = to_bits<T>(acc[mt][2]);
+        if (row_b < a.N && tok1 < a.M) a.out[(size_t)tok1 * a.N + row_b] = to_bits<T>(acc[mt][3]);
+      } else {
+        float* part = a.ws + (size_t)slot * a.M * ROWS;
+        if (tok0 < a.M) {
+          __stcg(part + tok0 * ROWS + lr, acc[mt][0]);
+          __stcg(part + tok0 * ROWS + lr + 8, acc[mt][2]);
+        }
+        if (tok1 < a.M) {
+          __stcg(part + tok1 * ROWS + lr, acc[mt][1]);
+          __stcg(part + tok1 * ROWS + lr + 8, acc[mt][3]);
+        }
+      }
+    }
+  };
   // Tokens >= M have no staged activations: those lanes read one zeroed slot (no per-register select).
   const int zslot = nb * 4 * lanes_m;
   int x_lane[MT], x_piece[MT];
@@ -422,7 +483,6 @@ __global__ void __launch_bounds__(THREADS, 512 / THREADS) w4a16_gemv_kernel(cons
     x_lane[mt] = has_x ? lane + 32 * mt : zslot;
     x_piece[mt] = has_x ? lanes_m : 0;
   }
-  const int lr = warp * 16 + g;  // the lane's first row inside the CTA (second: lr + 8)
   const uint8_t* my_slot0 = ring + warp * STAGES * SLOT + g * SB * 64 + 16 * t;
   const int par = SB > 1 ? (g & 1) : 0;  // rows g and g + 8 share the parity (the swizzle)
   for (int it = 0; it < nst; ++it) {
@@ -492,6 +552,11 @@ __global__ void __launch_bounds__(THREADS, 512 / THREADS) w4a16_gemv_kernel(cons
             acc[mt][3] = fmaf(blk[mt][3], fb, acc[mt][3]);
           }
         }
+        if (BAL && lb == la - 1 && la < nb) {  // balanced: segment A (this row group's tail) is done
+          store_seg(n_base, 2 * blockIdx.x, bal_pieces(n_base / ROWS, nullptr) == 1);
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.f;
+        }
       }
     }
   }
@@ -499,6 +564,51 @@ __global__ void __launch_bounds__(THREADS, 512 / THREADS) w4a16_gemv_kernel(cons
   grid_dep_launch();   // the next kernel may start its own weight copies during this epilogue
 
   // acc[mt]: (row g, token 8 mt + 2t), (row g, 8 mt + 2t + 1), (row g + 8, 8 mt + 2t), (row g + 8, 8 mt + 2t + 1).
+  if (BAL) {
+    // The last segment's sums (B, or A when the run stays in one row group), then one counter per row group a
+    // partial went to; the last of a row group's pieces to arrive sums them in K order (piece 0 first) and resets
+    // its counter: the same bytes whatever the arrival order, and graph-replay safe.
+    const int rga = n_base / ROWS, two = la < nb, rg = rga + two;
+    int c0;
+    const int pieces = bal_pieces(rg, &c0);
+    store_seg(rg * ROWS, 2 * blockIdx.x + two, pieces == 1);
+    if (!two && pieces == 1) return;
+    __threadfence();  // partials visible device-wide before the counters move
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int f = 0;
+      if (two) {
+        const int pa = bal_pieces(rga, nullptr);
+        if (pa > 1 && atomicAdd(a.counters + rga, 1) == pa - 1) f |= 1;
+      }
+      if (pieces > 1 && atomicAdd(a.counters + rg, 1) == pieces - 1) f |= 2;
+      last = f;
+    }
+    __syncthreads();
+    const int f = last;
+    if (f == 0) return;
+    __threadfence();
+#pragma unroll 1
+    for (int h = 0; h < 2; ++h) {
+      if (!(f & (1 << h))) continue;
+      const int r = h == 0 ? rga : rg;
+      int first;
+      const int np = bal_pieces(r, &first);
+      // Piece p > 0 starts a CTA's run (its segment A, slot 2 c); piece 0 is segment B of its CTA when that run
+      // began in the row group before.
+      const int slot0 = 2 * first + (bal_start(first, a) < (long long)r * a.kblocks ? 1 : 0);
+      const int rows_here = min(ROWS, a.N - r * ROWS);
+      for (int e = threadIdx.x; e < a.M * rows_here; e += THREADS) {
+        const int m = e / rows_here, rl = e % rows_here;
+        float sum = __ldcg(a.ws + ((size_t)slot0 * a.M + m) * ROWS + rl);
+        for (int p = 1; p < np; ++p) sum += __ldcg(a.ws + ((size_t)(2 * (first + p)) * a.M + m) * ROWS + rl);
+        a.out[(size_t)m * a.N + r * ROWS + rl] = to_bits<T>(sum);
+      }
+      if (threadIdx.x == 0) a.counters[r] = 0;
+    }
+    return;
+  }
+
   const int row_a = n_base + lr, row_b = row_a + 8;
   const bool va = row_a < a.N, vb = row_b < a.N;
   if (a.S == 1) {
@@ -577,7 +687,7 @@ __global__ void __launch_bounds__(THREADS, 512 / THREADS) w4a16_gemv_kernel(cons
 
 // Lets an instantiation use the device's whole per-block shared memory (once; beyond 48 KB needs the opt-in;
 // the opt-in limit counts the static shared memory too: asking for all of it as dynamic is an invalid value).
-template <typename T, bool ASYM, bool G64, int MT>
+template <typename T, bool ASYM, bool G64, int MT, bool BAL>
 int allow_smem(size_t* limit) {
   static size_t raised = 0;
   if (raised == 0) {
@@ -585,10 +695,10 @@ int allow_smem(size_t* limit) {
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
     cudaFuncAttributes fa;
-    cudaError_t e = cudaFuncGetAttributes(&fa, w4a16_gemv_kernel<T, ASYM, G64, MT>);
+    cudaError_t e = cudaFuncGetAttributes(&fa, w4a16_gemv_kernel<T, ASYM, G64, MT, BAL>);
     if (e != cudaSuccess) return (int)e;
     const int dyn = optin - (int)fa.sharedSizeBytes;  // static + dynamic must fit the opt-in limit
-    e = cudaFuncSetAttribute(w4a16_gemv_kernel<T, ASYM, G64, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize, dyn);
+    e = cudaFuncSetAttribute(w4a16_gemv_kernel<T, ASYM, G64, MT, BAL>, cudaFuncAttributeMaxDynamicSharedMemorySize, dyn);
     if (e != cudaSuccess) return (int)e;
     raised = (size_t)dyn;
   }
@@ -596,16 +706,16 @@ int allow_smem(size_t* limit) {
   return 0;
 }
 
-template <typename T, bool ASYM, bool G64, int MT>
+template <typename T, bool ASYM, bool G64, int MT, bool BAL>
 int launch(const Args& a, bool pdl, cudaStream_t stream) {
-  auto kernel = w4a16_gemv_kernel<T, ASYM, G64, MT>;
+  auto kernel = w4a16_gemv_kernel<T, ASYM, G64, MT, BAL>;
   const size_t smem = smem_bytes(a.per, a.M, G64, ASYM);
   size_t limit = 0;
-  const int rc = allow_smem<T, ASYM, G64, MT>(&limit);
+  const int rc = allow_smem<T, ASYM, G64, MT, BAL>(&limit);
   if (rc != 0) return rc;
   if (smem > limit) return -4;
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((a.N + ROWS - 1) / ROWS, a.S);
+  cfg.gridDim = BAL ? dim3(a.S, 1) : dim3((a.N + ROWS - 1) / ROWS, a.S);
   cfg.blockDim = dim3(THREADS);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
@@ -629,10 +739,34 @@ int launch(const Args& a, bool pdl, cudaStream_t stream) {
   return e != cudaSuccess ? (int)e : (int)cudaGetLastError();
 }
 
+template <typename T, int MT, bool BAL>
+int by_schedule(const Args& a, int asym, int g64, bool pdl, cudaStream_t stream) {
+  if (asym) return g64 ? launch<T, true, true, MT, BAL>(a, pdl, stream) : launch<T, true, false, MT, BAL>(a, pdl, stream);
+  return g64 ? launch<T, false, true, MT, BAL>(a, pdl, stream) : launch<T, false, false, MT, BAL>(a, pdl, stream);
+}
+
 template <typename T, int MT>
 int by_variant(const Args& a, int asym, int g64, bool pdl, cudaStream_t stream) {
-  if (asym) return g64 ? launch<T, true, true, MT>(a, pdl, stream) : launch<T, true, false, MT>(a, pdl, stream);
-  return g64 ? launch<T, false, true, MT>(a, pdl, stream) : launch<T, false, false, MT>(a, pdl, stream);
+  return a.bal ? by_schedule<T, MT, true>(a, asym, g64, pdl, stream) : by_schedule<T, MT, false>(a, asym, g64, pdl, stream);
+}
+
+template <bool BAL>
+int ctas_per_sm(int per, int M, int group, int asym) {
+  const bool g64 = group == 64, as = asym != 0;
+  const size_t smem = smem_bytes(per, M, g64, as);
+  size_t limit = 0;
+  int n = 0;
+  cudaError_t e;
+  // Registers and threads barely depend on the dtype / zeros / group: ask the fp16 symmetric group-128 code
+  // of the token tile count that will run.
+  if (M > 8) {
+    if (allow_smem<__half, false, false, 2, BAL>(&limit) != 0 || smem > limit) return 0;
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, w4a16_gemv_kernel<__half, false, false, 2, BAL>, THREADS, smem);
+  } else {
+    if (allow_smem<__half, false, false, 1, BAL>(&limit) != 0 || smem > limit) return 0;
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, w4a16_gemv_kernel<__half, false, false, 1, BAL>, THREADS, smem);
+  }
+  return e == cudaSuccess ? n : 0;
 }
 
 }  // namespace
@@ -649,24 +783,10 @@ int w4a16_gemv_rows_per_cta() { return ROWS; }
 long w4a16_gemv_smem_bytes(int per, int M, int group, int asym) { return (long)smem_bytes(per, M, group == 64, asym != 0); }
 
 // CTAs of this build resident per SM for a chunk of `per` blocks (0 when it does not fit), from the occupancy
-// calculator (registers, shared memory, threads), for the split-K plan.
-int w4a16_gemv_ctas_per_sm(int per, int M, int group, int asym, int bf16) {
-  const bool g64 = group == 64, as = asym != 0;
-  const size_t smem = smem_bytes(per, M, g64, as);
-  size_t limit = 0;
-  int n = 0;
-  cudaError_t e;
-  // Registers and threads barely depend on the dtype / zeros / group: ask the fp16 symmetric group-128 code
-  // of the token tile count that will run.
-  if (M > 8) {
-    if (allow_smem<__half, false, false, 2>(&limit) != 0 || smem > limit) return 0;
-    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, w4a16_gemv_kernel<__half, false, false, 2>, THREADS, smem);
-  } else {
-    if (allow_smem<__half, false, false, 1>(&limit) != 0 || smem > limit) return 0;
-    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, w4a16_gemv_kernel<__half, false, false, 1>, THREADS, smem);
-  }
+// calculator (registers, shared memory, threads), for the split-K plan; bal: of the balanced schedule's code.
+int w4a16_gemv_ctas_per_sm(int per, int M, int group, int asym, int bf16, int bal) {
   (void)bf16;
-  return e == cudaSuccess ? n : 0;
+  return bal ? ctas_per_sm<true>(per, M, group, asym) : ctas_per_sm<false>(per, M, group, asym);
 }
 
 // Returns 0, a cudaError_t, or -1 (M outside 1..16), -2 (group not 64/128), -3 (bad split: S * per must
@@ -675,14 +795,24 @@ int w4a16_gemv_ctas_per_sm(int per, int M, int group, int asym, int bf16) {
 // ws >= S * M * N floats and counters >= ceil(N / rows_per_cta) zero ints when S > 1.
 // flags: bit 0 = programmatic dependent launch; bit 1 (with bit 0) = read the weights and scales before waiting
 // for the previous kernel (see the header for what that asks of the caller); bit 2 = split-K reduction inside
-// a thread-block cluster when 1 < S <= 8 (ws and counters unused then).
+// a thread-block cluster when 1 < S <= 8 (ws and counters unused then); bit 3 = balanced schedule (Args.bal):
+// S CTAs over the ceil(N / rows_per_cta) x kblocks units, per >= ceil(units / S) and per <= kblocks, ws >=
+// 2 * S * M * rows_per_cta floats (bit 2 ignored).
 int w4a16_gemv(const void* x, int x_is_bf16, const void* q, const void* s, const void* z, void* out, float* ws,
                int* counters, int M, int N, int K, int ldx, int group, int per, int S, int flags, void* stream_) {
   if (M < 1 || M > MAX_M) return -1;
   if (group != 64 && group != 128) return -2;
   const int kblocks = (K + 127) / 128;
-  if (per < 1 || S < 1 || (long)per * S < kblocks || (long)per * (S - 1) >= kblocks) return -3;
-  if (S > 1 && (ws == nullptr || counters == nullptr) && !((flags & 4) && S <= MAX_CLUSTER)) return -3;
+  const bool bal = (flags & 8) != 0;
+  if (per < 1 || S < 1) return -3;
+  if (!bal && ((long)per * S < kblocks || (long)per * (S - 1) >= kblocks)) return -3;
+  const long units = (long)((N + ROWS - 1) / ROWS) * kblocks;
+  if (bal) {
+    if (S > units || per > kblocks || (long)per * S < units || ws == nullptr || counters == nullptr) return -3;
+    if ((long)N * kblocks * 4 >= (1L << 31)) return -3;  // segment B's copy offsets are ints
+  } else if (S > 1 && (ws == nullptr || counters == nullptr) && !((flags & 4) && S <= MAX_CLUSTER)) {
+    return -3;
+  }
   Args a;
   a.x = static_cast<const uint16_t*>(x);
   a.q = static_cast<const uint4*>(q);
@@ -704,7 +834,9 @@ int w4a16_gemv(const void* x, int x_is_bf16, const void* q, const void* s, const
   const int asym = z != nullptr, g64 = group == 64;
   const bool pdl = (flags & 1) != 0;
   a.early = pdl && (flags & 2) != 0;
-  a.cluster = (flags & 4) != 0 && S > 1 && S <= MAX_CLUSTER;
+  a.cluster = !bal && (flags & 4) != 0 && S > 1 && S <= MAX_CLUSTER;
+  a.bal = bal;
+  a.units = (int)units;
   if (x_is_bf16) {
     return M > 8 ? by_variant<__nv_bfloat16, 2>(a, asym, g64, pdl, stream) : by_variant<__nv_bfloat16, 1>(a, asym, g64, pdl, stream);
   }

@@ -1,0 +1,714 @@
+// W4A16 decode GEMV for M = 1..16 tokens over the compress.int4 layout (compress/packing/int4.py), as is.
+//
+// Math: y[m, n] = sum_k x[m, k] * (u[n, k] - z[g, n]) * s[g, n],  g = k / group (64 or 128), z = 8 when
+// symmetric. fp32 accumulation, output in x's dtype.
+//
+// Why CUDA C++: a decode GEMV must stream the int4 weights at the copy bandwidth. That needs many bytes in
+// flight per SM and a dequantization of a few instructions per weight pair straight into tensor-core
+// fragments; Triton 3.6 places neither (its W4A16 kernels stream at ~1.0-1.5 TB/s on the 8B layers).
+// Measured (H100, bench/results/h100/kernels/w4a16_cuda_s4_notes.md; graph replays over rotating weight copies):
+// M = 1 at 2.1-2.5 TB/s on the 30-121 MB layers, 75-85% of a plain read kernel over the same bytes; the 128
+// GEMVs of a Llama-3-8B token in 1.78 ms back to back (session 3's kernel: 2.12 ms; read kernel: 1.34 ms).
+//
+// Tensor-core GEMV ("weights on the left"): one warp computes 16 output rows x 8 token columns per
+// mma.sync m16n8k16 (A = 16 weight rows x 16 k, B = 16 k x 8 tokens; tokens >= M are zero columns);
+// M = 9..16 run the mma twice per A fragment (MT = 2 token tiles), so a weight word is dequantized once
+// for up to 16 tokens. Lane (g = lane / 4, t = lane % 4) takes 16 bytes (4 words) of row g and of row
+// g + 8 for every 128-k block: the 4 lanes of a row cover the block's 64 contiguous bytes. The layout's
+// word r of block b holds u[128 b + 16 j + r] in nibble j, so one LOP3 with 0x000F000F | magic turns a word
+// into the pair (nibble j, nibble j + 4) = k (16 j + r, 16 j + r + 64) as fp16x2 / bf16x2 "base + u"
+// (base 1024 / 128), exact. The mma's k order inside a 16-wide step is free as long as A and B agree, so
+// lane t's A pair (logical k 2t, 2t+1) is that physical pair, and the activations are staged in shared
+// memory once per CTA already permuted into B-fragment order:
+//   piece q of lane (g, t) in block b = 4 x (x[g, k], x[g, k + 64]) for k = 128 b + 16 j + 4 t + q, j = 0..3,
+// (token tile 1 uses lane slots 32..63, token g + 8), so a lane reads its B fragments with 4 conflict-free
+// 16-byte loads per block and tile. Per word (8 weights): fp16: 1 SHF, 4 LOP3, 4 HFMA2 (u - z, exact; the
+// high nibbles via the x16 trick: (1024 + 16 u) / 16 - 64 - z); bf16 (7-bit mantissa, no x16 trick): 3 SHF
+// more. Group 128: a block is one group, so the mma sums exact integer weights and the fp32 block sums are
+// scaled (4 FFMA per block and tile). Group 64: the pair (j, j + 4) straddles the block's two groups, so
+// the weights are scaled first by the pair (s[2b], s[2b + 1]) (4 HMUL2 per word, one fp16/bf16 rounding,
+// like dequantize-then-GEMM).
+//
+// Streaming (session 4; session 3 held two pipeline steps of weights in registers): each warp owns a
+// private ring of STAGES shared-memory slots, one slot = its 16 rows x SB blocks (SB KB), filled with
+// 16-byte cp.async.cg (L1 bypassed, L2 evict-first: the weights are read once per token). STAGES - 1 slots
+// are in flight while the warp computes on one, so the bytes in flight per SM no longer cost registers. The
+// copies are coalesced along rows (a warp's instruction reads whole 64-byte blocks of consecutive rows of
+// one 128-k span). Bank conflicts: a lane reads 16 bytes at (row g, block u, 16 t), so rows g and g + 1 of
+// one 8-lane phase would hit the same banks when a row's slot length is a multiple of 128 bytes; odd rows
+// store their blocks pairwise swapped (block u at u ^ 1) when SB is even, which puts the two rows on
+// opposite bank halves without padding. Only __syncwarp orders a slot's refill against its last reads.
+// The CTA's scales (and zeros) for its whole K chunk are staged in shared memory once, with the activations.
+// SASS (sm_90a, fp16 group 128, M <= 8, 4 warps x 2-block slots, read with nvdisasm 13.4): 257 instructions per
+// main-loop step of 2 blocks, ~128 per lane per block of 64 weights (session 3's register pipeline: 146).
+//
+// Work: CTA = WARPS warps = 16 * WARPS output rows x a K chunk of `per` blocks (grid.y = S chunks). S > 1:
+// either (flag bit 2, S <= 8) the S CTAs of a row group run as one thread-block cluster and sum their fp32
+// partials through distributed shared memory in split order, or each CTA writes fp32 partials to a workspace
+// and the last CTA of a row group to arrive (counter) sums the S partials in split order and writes y, then
+// resets the counter to 0 for the next call (CUDA-graph safe). Both orders are the same: the same bytes.
+//
+// Programmatic dependent launch (flag bit 0, sm_90): the kernel may be scheduled while the previous kernel in
+// the stream drains, and waits (`griddepcontrol.wait`) before its first global read, so its launch and setup
+// overlap the previous kernel's tail. With flag bit 1 ("early") it also issues its first weight copies and
+// loads its scales before the wait, and reads only the activations, the workspace and the counters after it:
+// then the weights, scales and zeros must not be written by the kernel launched right before this one (true of
+// a model's weights, written once at load). It triggers its dependents once its main loop is done, so the next
+// GEMV's setup (and early weight copies) overlap this one's split-K reduction.
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include <type_traits>
+
+#ifndef W4_WARPS
+#define W4_WARPS 4
+#endif
+#ifndef W4_SB
+#define W4_SB 2
+#endif
+#ifndef W4_STAGES
+#define W4_STAGES 4
+#endif
+
+namespace {
+
+constexpr int WARPS = W4_WARPS;
+constexpr int THREADS = WARPS * 32;
+constexpr int ROWS = WARPS * 16;  // output rows per CTA
+constexpr int SB = W4_SB;         // 128-k blocks per ring slot
+constexpr int STAGES = W4_STAGES; // ring slots per warp
+constexpr int MAX_M = 16;         // two mma n-tiles of 8 tokens
+constexpr int MAX_CLUSTER = 8;    // portable thread-block cluster size
+constexpr int SLOT = 16 * SB * 64;          // bytes per warp per slot (16 rows x SB blocks x 64 bytes)
+constexpr int CPL = 16 * SB * 4 / 32;       // 16-byte copies per lane per slot
+static_assert(SB >= 1 && STAGES >= 2 && (SB == 1 || SB % 2 == 0), "SB must be 1 or even (the bank swizzle)");
+static_assert(CPL >= 1, "a slot must give each lane at least one copy");
+
+// fp16x2 / bf16x2 constants as bit patterns (low half = first element).
+template <typename T> struct Bits;
+template <> struct Bits<__half> {
+  static constexpr bool HALF = true;
+  static constexpr uint32_t MAGIC = 0x64006400u;  // 1024: OR-ing a nibble into the mantissa gives 1024 + u
+  static constexpr uint32_t ONE = 0x3C003C00u;
+  static constexpr uint32_t SIXTEENTH = 0x2C002C00u;
+  static constexpr uint32_t NEG_ZERO = 0x80008000u;
+  // -(1024 + z) and -(64 + z) for a pair of zero points z packed as z_lo | z_hi << 16 (z <= 15).
+  static __device__ __forceinline__ uint32_t neg_lo(uint32_t z2) { return 0xE400E400u | z2; }
+  static __device__ __forceinline__ uint32_t neg_hi(uint32_t z2) { return 0xD400D400u + (z2 << 4); }
+};
+template <> struct Bits<__nv_bfloat16> {
+  static constexpr bool HALF = false;
+  static constexpr uint32_t MAGIC = 0x43004300u;  // 128: 128 + u, exact with bf16's 7-bit mantissa
+  static constexpr uint32_t ONE = 0x3F803F80u;
+  static constexpr uint32_t SIXTEENTH = 0x3D803D80u;  // unused (no x16 trick in bf16)
+  static constexpr uint32_t NEG_ZERO = 0x80008000u;
+  static __device__ __forceinline__ uint32_t neg_lo(uint32_t z2) { return 0xC300C300u | z2; }
+  static __device__ __forceinline__ uint32_t neg_hi(uint32_t z2) { return 0xC300C300u | z2; }
+};
+
+template <typename T> __device__ __forceinline__ uint32_t fma2(uint32_t a, uint32_t b, uint32_t c);
+template <> __device__ __forceinline__ uint32_t fma2<__half>(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t d;
+  asm("fma.rn.f16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+template <> __device__ __forceinline__ uint32_t fma2<__nv_bfloat16>(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t d;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+// c += A (16 x 16, row) * B (16 x 8, col), fp32 accumulators.
+template <typename T>
+__device__ __forceinline__ void mma(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                    uint32_t b1);
+template <>
+__device__ __forceinline__ void mma<__half>(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                            uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void mma<__nv_bfloat16>(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                                   uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// (w & mask) | magic in one LOP3 (ptxas splits the C++ form into two: one immediate per instruction).
+template <uint32_t MASK, uint32_t MAGIC>
+__device__ __forceinline__ uint32_t lop3_and_or(uint32_t w) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(d) : "r"(w), "n"(MASK), "n"(MAGIC));
+  return d;
+}
+
+// One packed word -> the 4 weight pairs (j, j + 4), j = 0..3: u - z exactly, times the scale pair s2 when
+// SCALED (group 64: the pair straddles the block's two groups); group 128 scales the fp32 sums instead.
+// z2: zero-point pair z_lo | z_hi << 16.
+template <typename T, bool SCALED>
+__device__ __forceinline__ void dequant(uint32_t w, uint32_t s2, uint32_t z2, uint32_t (&a)[4]) {
+  using B = Bits<T>;
+  const uint32_t zl = B::neg_lo(z2);
+  if constexpr (B::HALF) {
+    const uint32_t zh = B::neg_hi(z2);
+    const uint32_t w8 = w >> 8;
+    a[0] = fma2<T>(lop3_and_or<0x000F000Fu, B::MAGIC>(w), B::ONE, zl);
+    a[1] = fma2<T>(lop3_and_or<0x00F000F0u, B::MAGIC>(w), B::SIXTEENTH, zh);
+    a[2] = fma2<T>(lop3_and_or<0x000F000Fu, B::MAGIC>(w8), B::ONE, zl);
+    a[3] = fma2<T>(lop3_and_or<0x00F000F0u, B::MAGIC>(w8), B::SIXTEENTH, zh);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) a[j] = fma2<T>(lop3_and_or<0x000F000Fu, B::MAGIC>(w >> (4 * j)), B::ONE, zl);
+  }
+  if constexpr (SCALED) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) a[j] = fma2<T>(a[j], s2, B::NEG_ZERO);  // x * s + (-0) = x * s, one rounding
+  }
+}
+
+template <typename T> __device__ __forceinline__ float low_to_f32(uint32_t v);
+template <> __device__ __forceinline__ float low_to_f32<__half>(uint32_t v) {
+  return __half2float(__ushort_as_half((unsigned short)(v & 0xFFFFu)));
+}
+template <> __device__ __forceinline__ float low_to_f32<__nv_bfloat16>(uint32_t v) { return __uint_as_float(v << 16); }
+
+__device__ __forceinline__ uint32_t word(const uint4& v, int c) {
+  return c == 0 ? v.x : (c == 1 ? v.y : (c == 2 ? v.z : v.w));
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ uint64_t evict_first_policy() {
+  uint64_t pol;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
+  return pol;
+}
+
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, uint64_t pol) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "l"(pol)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Programmatic dependent launch (sm_90; both are no-ops when the kernel was not launched with the attribute).
+__device__ __forceinline__ void grid_dep_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void grid_dep_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+template <typename T> __device__ __forceinline__ uint16_t to_bits(float v);
+template <> __device__ __forceinline__ uint16_t to_bits<__half>(float v) { return __half_as_ushort(__float2half_rn(v)); }
+template <> __device__ __forceinline__ uint16_t to_bits<__nv_bfloat16>(float v) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+}
+
+struct Args {
+  const uint16_t* x;   // (M, K) fp16/bf16 bits, row stride ldx
+  const uint4* q;      // (N, KW) int32 words, as 16-byte vectors
+  const uint16_t* s;   // (G, N) scales, x's dtype
+  const uint8_t* z;    // (G, N) zero points (asymmetric) or null
+  uint16_t* out;       // (M, N)
+  float* ws;           // (S, M, N) fp32 partials (S > 1)
+  int* counters;       // one per row group, zero on entry and on return
+  int M, N, K, ldx, KW, G, kblocks, per, S;
+  int early;           // programmatic dependent launch: weights and scales are read before the wait
+  int cluster;         // S > 1: the S CTAs of a row group form a cluster and reduce through shared memory
+};
+
+// Shared memory of a CTA, in this order (every part a multiple of 16 bytes):
+//   ring   WARPS x STAGES x SLOT bytes (weights)
+//   xs     (per blocks x 4 pieces x 4M lanes + 1 zero slot) x 16 bytes (activations, B-fragment order)
+//   sc     (per * groups per block) x ROWS scales (2 bytes), zc the same count of zero points (1 byte)
+__host__ __device__ __forceinline__ int groups_per_block(bool g64) { return g64 ? 2 : 1; }
+__host__ __device__ __forceinline__ size_t round16(size_t v) { return (v + 15) & ~(size_t)15; }
+__host__ __device__ __forceinline__ size_t ring_bytes() { return (size_t)WARPS * STAGES * SLOT; }
+__host__ __device__ __forceinline__ size_t xs_bytes(int per, int M) { return ((size_t)per * 4 * 4 * M + 1) * 16; }
+__host__ __device__ __forceinline__ size_t sc_bytes(int per, bool g64) {
+  return round16((size_t)per * groups_per_block(g64) * ROWS * 2);
+}
+__host__ __device__ __forceinline__ size_t zc_bytes(int per, bool g64, bool asym) {
+  return asym ? round16((size_t)per * groups_per_block(g64) * ROWS) : 0;
+}
+__host__ __device__ __forceinline__ size_t smem_bytes(int per, int M, bool g64, bool asym) {
+  return ring_bytes() + xs_bytes(per, M) + sc_bytes(per, g64) + zc_bytes(per, g64, asym);
+}
+
+template <typename T, bool ASYM, bool G64, int MT>
+__global__ void __launch_bounds__(THREADS, 512 / THREADS) w4a16_gemv_kernel(const Args a) {
+  extern __shared__ uint4 smem[];
+  __shared__ int last;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int n_base = blockIdx.x * ROWS;
+  const int split = blockIdx.y;
+  const int blk0 = split * a.per;
+  const int nb = min(a.per, a.kblocks - blk0);
+  const int lanes_m = 4 * a.M;
+  constexpr int GPB = G64 ? 2 : 1;
+
+  uint8_t* ring = reinterpret_cast<uint8_t*>(smem);
+  uint4* xs = reinterpret_cast<uint4*>(ring + ring_bytes());
+  uint16_t* sc = reinterpret_cast<uint16_t*>(reinterpret_cast<uint8_t*>(xs) + xs_bytes(a.per, a.M));
+  uint8_t* zc = reinterpret_cast<uint8_t*>(sc) + sc_bytes(a.per, G64);
+
+  // ---- weight copies: lane copy i of a slot = chunk c = lane + 32 i of the warp's 16 rows x SB blocks x 4
+  // chunks (row c / (4 SB), block (c / 4) % SB, 16-byte piece c % 4). Rows >= N copy row 0 (valid memory;
+  // their results are never stored). Odd rows store block u at u ^ 1 (SB even): see the header.
+  // Without `early`, nothing is read before the previous kernel is done (a no-op without the launch attribute).
+  if (!a.early) grid_dep_wait();
+  const uint64_t pol = evict_first_policy();
+  const uint32_t my_ring = smem_addr(ring + warp * STAGES * SLOT);
+  const uint4* src[CPL];
+  uint32_t dst[CPL];
+  int cblk[CPL];
+#pragma unroll
+  for (int i = 0; i < CPL; ++i) {
+    const int c = lane + 32 * i;
+    const int r = c / (4 * SB), u = (c / 4) % SB, piece = c % 4;
+    const int row = n_base + warp * 16 + r;
+    const int rr = row < a.N ? row : 0;
+    src[i] = a.q + (size_t)rr * (a.KW / 4) + (size_t)(blk0 + u) * 4 + piece;
+    const int pu = SB > 1 ? (u ^ (r & 1)) : u;
+    dst[i] = (uint32_t)(r * SB * 64 + pu * 64 + piece * 16);
+    cblk[i] = u;
+  }
+  const int nst = (nb + SB - 1) / SB;  // ring slots this warp fills over the chunk
+  auto issue = [&](int st) {
+    const uint32_t base = my_ring + (uint32_t)((st % STAGES) * SLOT);
+#pragma unroll
+    for (int i = 0; i < CPL; ++i) {
+      if (st * SB + cblk[i] < nb) cp_async16(base + dst[i], src[i] + (size_t)st * SB * 4, pol);
+    }
+  };
+#pragma unroll
+  for (int st = 0; st < STAGES - 1; ++st) {
+    if (st < nst) issue(st);
+    cp_async_commit();  // one group per slot, empty or not, so wait_group counts slots
+  }
+
+  // ---- scales (and zeros) of the chunk for the CTA's rows: (local group, row) in shared memory. They are
+  // weights: the first batch is loaded before the dependency wait and stored after the activations' loads are
+  // issued, so the two round trips overlap (most chunks fit in one batch).
+  // Loaded in row pairs (one 32-bit scale load, one 16-bit zero load; two 16-bit loads when N is odd or a
+  // pointer is not aligned for that), so a batch costs few registers.
+  const int sc_pairs = nb * GPB * ROWS / 2, g0 = blk0 * GPB;
+  const bool n_even = (a.N & 1) == 0 && (reinterpret_cast<uintptr_t>(a.s) & 3) == 0 &&
+                      (!ASYM || (reinterpret_cast<uintptr_t>(a.z) & 1) == 0);  // and the pointers allow it
+  constexpr int SBATCH = 8;  // row pairs per thread in flight
+  uint32_t sv[SBATCH], zv[SBATCH];
+  auto load_scales = [&](int base) {
+#pragma unroll
+    for (int r = 0; r < SBATCH; ++r) {
+      const int e = 2 * (base + r * THREADS);  // first of the pair; ROWS is even, so both share a group
+      sv[r] = 0u;
+      zv[r] = 0u;
+      if (e < 2 * sc_pairs) {
+        const int gl = e / ROWS, row = n_base + e % ROWS;
+        const int gg = g0 + gl;
+        if (gg < a.G && row < a.N) {
+          const size_t off = (size_t)gg * a.N + row;
+          if (n_even) {  // row even, N even: the pair is aligned and both rows exist
+            sv[r] = __ldg(reinterpret_cast<const unsigned int*>(a.s + off));
+            if (ASYM) zv[r] = __ldg(reinterpret_cast<const unsigned short*>(a.z + off));
+          } else {
+            const bool second = row + 1 < a.N;
+            sv[r] = (uint32_t)__ldg(a.s + off) | (second ? (uint32_t)__ldg(a.s + off + 1) << 16 : 0u);
+            if (ASYM) zv[r] = (uint32_t)__ldg(a.z + off) | (second ? (uint32_t)__ldg(a.z + off + 1) << 8 : 0u);
+          }
+        }
+      }
+    }
+  };
+  auto store_scales = [&](int base) {
+#pragma unroll
+    for (int r = 0; r < SBATCH; ++r) {
+      const int p2 = base + r * THREADS;
+      if (p2 < sc_pairs) {
+        reinterpret_cast<uint32_t*>(sc)[p2] = sv[r];
+        if (ASYM) reinterpret_cast<uint16_t*>(zc)[p2] = (uint16_t)zv[r];
+      }
+    }
+  };
+  load_scales(threadIdx.x);
+
+  // Everything below reads what the previous kernel may have written (x) or shares it (ws, counters).
+  grid_dep_wait();
+
+  // ---- activations. One staging unit = (block lb, slice j, lane ln): x[k0 .. k0 + 3] and
+  // x[k0 + 64 .. k0 + 67] of token ln / 4, k0 = 128 b + 16 j + 4 t, two 8-byte loads that fill slot j of the
+  // lane's 4 pieces (q = 0..3). A thread issues the loads of BATCH units before storing any.
+  {
+    uint32_t* xs32 = reinterpret_cast<uint32_t*>(xs);
+    const bool xvec = ((reinterpret_cast<uintptr_t>(a.x) | (uintptr_t)a.ldx * 2) & 7) == 0;
+    const int units = nb * 4 * lanes_m;
+    constexpr int BATCH = 4;
+    for (int base = threadIdx.x; base < units; base += BATCH * THREADS) {
+      uint2 lo[BATCH], hi[BATCH];
+#pragma unroll
+      for (int r = 0; r < BATCH; ++r) {
+        const int un = base + r * THREADS;
+        lo[r] = hi[r] = make_uint2(0u, 0u);
+        if (un < units) {
+          const int ln = un % lanes_m, rest = un / lanes_m;
+          const int k0 = (blk0 + (rest >> 2)) * 128 + 16 * (rest & 3) + 4 * (ln & 3);
+          const uint16_t* xr = a.x + (size_t)(ln >> 2) * a.ldx + k0;
+          if (xvec && k0 + 67 < a.K) {
+            lo[r] = __ldg(reinterpret_cast<const uint2*>(xr));
+            hi[r] = __ldg(reinterpret_cast<const uint2*>(xr + 64));
+          } else {  // the end of K (or an unaligned x): element by element
+            uint32_t e[8];
+#pragma unroll
+            for (int q = 0; q < 8; ++q) {
+              const int kk = k0 + (q & 3) + (q >> 2) * 64;
+              e[q] = kk < a.K ? (uint32_t)__ldg(xr + (q & 3) + (q >> 2) * 64) : 0u;
+            }
+            lo[r] = make_uint2(e[0] | (e[1] << 16), e[2] | (e[3] << 16));
+            hi[r] = make_uint2(e[4] | (e[5] << 16), e[6] | (e[7] << 16));
+          }
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < BATCH; ++r) {
+        const int un = base + r * THREADS;
+        if (un < units) {
+          const int ln = un % lanes_m, rest = un / lanes_m;
+          const int j = rest & 3, lb = rest >> 2;
+          uint32_t* d = xs32 + ((lb * 4) * lanes_m + ln) * 4 + j;  // piece q adds q * lanes_m * 4 words
+          const int pq = lanes_m * 4;
+          d[0] = __byte_perm(lo[r].x, hi[r].x, 0x5410);       // (x[k0], x[k0 + 64])
+          d[pq] = __byte_perm(lo[r].x, hi[r].x, 0x7632);      // (x[k0 + 1], x[k0 + 65])
+          d[2 * pq] = __byte_perm(lo[r].y, hi[r].y, 0x5410);  // (x[k0 + 2], x[k0 + 66])
+          d[3 * pq] = __byte_perm(lo[r].y, hi[r].y, 0x7632);  // (x[k0 + 3], x[k0 + 67])
+        }
+      }
+    }
+    if (threadIdx.x == 0) xs[nb * 4 * lanes_m] = make_uint4(0u, 0u, 0u, 0u);  // the zero slot (below)
+  }
+  store_scales(threadIdx.x);
+  for (int base = threadIdx.x + SBATCH * THREADS; base < sc_pairs; base += SBATCH * THREADS) {
+    load_scales(base);
+    store_scales(base);
+  }
+  __syncthreads();
+
+  // ---- main loop
+  float acc[MT][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.f;
+  // Tokens >= M have no staged activations: those lanes read one zeroed slot (no per-register select).
+  const int zslot = nb * 4 * lanes_m;
+  int x_lane[MT], x_piece[MT];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    const bool has_x = g + 8 * mt < a.M;
+    x_lane[mt] = has_x ? lane + 32 * mt : zslot;
+    x_piece[mt] = has_x ? lanes_m : 0;
+  }
+  const int lr = warp * 16 + g;  // the lane's first row inside the CTA (second: lr + 8)
+  const uint8_t* my_slot0 = ring + warp * STAGES * SLOT + g * SB * 64 + 16 * t;
+  const int par = SB > 1 ? (g & 1) : 0;  // rows g and g + 8 share the parity (the swizzle)
+  for (int it = 0; it < nst; ++it) {
+    cp_async_wait<STAGES - 2>();
+    __syncwarp();  // every lane's copies of slot `it` landed; every lane is done with slot `it - 1`
+    {
+      const int st = it + STAGES - 1;
+      if (st < nst) issue(st);
+      cp_async_commit();
+    }
+    const uint8_t* slot = my_slot0 + (it % STAGES) * SLOT;
+#pragma unroll
+    for (int u = 0; u < SB; ++u) {
+      const int lb = it * SB + u;
+      if (lb < nb) {
+        const uint8_t* wp = slot + (u ^ par) * 64;
+        const uint4 wa = *reinterpret_cast<const uint4*>(wp);
+        const uint4 wb = *reinterpret_cast<const uint4*>(wp + 8 * SB * 64);
+        uint32_t sa, sb, za = 0x00080008u, zb = 0x00080008u;
+        if (G64) {
+          sa = (uint32_t)sc[(2 * lb) * ROWS + lr] | ((uint32_t)sc[(2 * lb + 1) * ROWS + lr] << 16);
+          sb = (uint32_t)sc[(2 * lb) * ROWS + lr + 8] | ((uint32_t)sc[(2 * lb + 1) * ROWS + lr + 8] << 16);
+          if (ASYM) {
+            za = (uint32_t)zc[(2 * lb) * ROWS + lr] | ((uint32_t)zc[(2 * lb + 1) * ROWS + lr] << 16);
+            zb = (uint32_t)zc[(2 * lb) * ROWS + lr + 8] | ((uint32_t)zc[(2 * lb + 1) * ROWS + lr + 8] << 16);
+          }
+        } else {
+          sa = sc[lb * ROWS + lr];
+          sb = sc[lb * ROWS + lr + 8];
+          sa |= sa << 16;
+          sb |= sb << 16;
+          if (ASYM) {
+            za = zc[lb * ROWS + lr];
+            zb = zc[lb * ROWS + lr + 8];
+            za |= za << 16;
+            zb |= zb << 16;
+          }
+        }
+        uint4 bq[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+          for (int c = 0; c < 4; ++c) bq[mt][c] = xs[(lb * 4 + c) * x_piece[mt] + x_lane[mt]];
+        }
+        float blk[MT][4];  // group 128: this block's (one group's) unscaled sums
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) blk[mt][0] = blk[mt][1] = blk[mt][2] = blk[mt][3] = 0.f;
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          uint32_t ag[4], ah[4];
+          dequant<T, G64>(word(wa, c), sa, za, ag);
+          dequant<T, G64>(word(wb, c), sb, zb, ah);
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            float(&d)[4] = G64 ? acc[mt] : blk[mt];
+            mma<T>(d, ag[0], ah[0], ag[1], ah[1], bq[mt][c].x, bq[mt][c].y);
+            mma<T>(d, ag[2], ah[2], ag[3], ah[3], bq[mt][c].z, bq[mt][c].w);
+          }
+        }
+        if (!G64) {
+          const float fa = low_to_f32<T>(sa), fb = low_to_f32<T>(sb);
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            acc[mt][0] = fmaf(blk[mt][0], fa, acc[mt][0]);
+            acc[mt][1] = fmaf(blk[mt][1], fa, acc[mt][1]);
+            acc[mt][2] = fmaf(blk[mt][2], fb, acc[mt][2]);
+            acc[mt][3] = fmaf(blk[mt][3], fb, acc[mt][3]);
+          }
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();  // no copy outlives the kernel (the trailing groups are empty)
+  grid_dep_launch();   // the next kernel may start its own weight copies during this epilogue
+
+  // acc[mt]: (row g, token 8 mt + 2t), (row g, 8 mt + 2t + 1), (row g + 8, 8 mt + 2t), (row g + 8, 8 mt + 2t + 1).
+  const int row_a = n_base + lr, row_b = row_a + 8;
+  const bool va = row_a < a.N, vb = row_b < a.N;
+  if (a.S == 1) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      const int tok0 = 8 * mt + 2 * t, tok1 = tok0 + 1;
+      if (va && tok0 < a.M) a.out[(size_t)tok0 * a.N + row_a] = to_bits<T>(acc[mt][0]);
+      if (va && tok1 < a.M) a.out[(size_t)tok1 * a.N + row_a] = to_bits<T>(acc[mt][1]);
+      if (vb && tok0 < a.M) a.out[(size_t)tok0 * a.N + row_b] = to_bits<T>(acc[mt][2]);
+      if (vb && tok1 < a.M) a.out[(size_t)tok1 * a.N + row_b] = to_bits<T>(acc[mt][3]);
+    }
+    return;
+  }
+
+  if (a.cluster) {
+    // Each warp leaves its 16 rows x M tokens of fp32 partials in its own (now idle) ring, the cluster syncs,
+    // and CTA rank r sums outputs r, r + S, ... over the S CTAs' shared memory in split order (the same sums
+    // in the same order as the workspace path below, so the same bytes), then syncs again so that no CTA
+    // leaves while another still reads its shared memory.
+    namespace cg = cooperative_groups;
+    float* red = reinterpret_cast<float*>(ring + warp * STAGES * SLOT);
+    __syncwarp();  // every lane is done with the ring's last slot
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      const int tok0 = 8 * mt + 2 * t, tok1 = tok0 + 1;
+      if (tok0 < a.M) {
+        red[tok0 * 16 + g] = acc[mt][0];
+        red[tok0 * 16 + g + 8] = acc[mt][2];
+      }
+      if (tok1 < a.M) {
+        red[tok1 * 16 + g] = acc[mt][1];
+        red[tok1 * 16 + g + 8] = acc[mt][3];
+      }
+    }
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();
+    const int rank = (int)cluster.block_rank();
+    const int rows_here = min(ROWS, a.N - n_base);
+    for (int e = rank * THREADS + threadIdx.x; e < a.M * rows_here; e += a.S * THREADS) {
+      const int m = e / rows_here, rl = e % rows_here;
+      float* mine = reinterpret_cast<float*>(ring + (rl >> 4) * STAGES * SLOT) + m * 16 + (rl & 15);
+      float sum = 0.f;
+#pragma unroll 8
+      for (int sp = 0; sp < a.S; ++sp) sum += *cluster.map_shared_rank(mine, sp);
+      a.out[(size_t)m * a.N + n_base + rl] = to_bits<T>(sum);
+    }
+    cluster.sync();
+    return;
+  }
+
+  float* part = a.ws + (size_t)split * a.M * a.N;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    const int tok0 = 8 * mt + 2 * t, tok1 = tok0 + 1;
+    if (va && tok0 < a.M) __stcg(part + (size_t)tok0 * a.N + row_a, acc[mt][0]);
+    if (va && tok1 < a.M) __stcg(part + (size_t)tok1 * a.N + row_a, acc[mt][1]);
+    if (vb && tok0 < a.M) __stcg(part + (size_t)tok0 * a.N + row_b, acc[mt][2]);
+    if (vb && tok1 < a.M) __stcg(part + (size_t)tok1 * a.N + row_b, acc[mt][3]);
+  }
+  __threadfence();  // partials visible device-wide before the counter moves
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(a.counters + blockIdx.x, 1) == a.S - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const int rows_here = min(ROWS, a.N - n_base);
+  for (int e = threadIdx.x; e < a.M * rows_here; e += THREADS) {
+    const int m = e / rows_here, row = n_base + e % rows_here;
+    float sum = 0.f;
+#pragma unroll 8
+    for (int sp = 0; sp < a.S; ++sp) sum += __ldcg(a.ws + ((size_t)sp * a.M + m) * a.N + row);
+    a.out[(size_t)m * a.N + row] = to_bits<T>(sum);
+  }
+  if (threadIdx.x == 0) a.counters[blockIdx.x] = 0;
+}
+
+// Lets an instantiation use the device's whole per-block shared memory (once; beyond 48 KB needs the opt-in;
+// the opt-in limit counts the static shared memory too: asking for all of it as dynamic is an invalid value).
+template <typename T, bool ASYM, bool G64, int MT>
+int allow_smem(size_t* limit) {
+  static size_t raised = 0;
+  if (raised == 0) {
+    int dev = 0, optin = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    cudaFuncAttributes fa;
+    cudaError_t e = cudaFuncGetAttributes(&fa, w4a16_gemv_kernel<T, ASYM, G64, MT>);
+    if (e != cudaSuccess) return (int)e;
+    const int dyn = optin - (int)fa.sharedSizeBytes;  // static + dynamic must fit the opt-in limit
+    e = cudaFuncSetAttribute(w4a16_gemv_kernel<T, ASYM, G64, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize, dyn);
+    if (e != cudaSuccess) return (int)e;
+    raised = (size_t)dyn;
+  }
+  *limit = raised;
+  return 0;
+}
+
+template <typename T, bool ASYM, bool G64, int MT>
+int launch(const Args& a, bool pdl, cudaStream_t stream) {
+  auto kernel = w4a16_gemv_kernel<T, ASYM, G64, MT>;
+  const size_t smem = smem_bytes(a.per, a.M, G64, ASYM);
+  size_t limit = 0;
+  const int rc = allow_smem<T, ASYM, G64, MT>(&limit);
+  if (rc != 0) return rc;
+  if (smem > limit) return -4;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((a.N + ROWS - 1) / ROWS, a.S);
+  cfg.blockDim = dim3(THREADS);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[2];
+  int na = 0;
+  if (pdl) {
+    attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[na].val.programmaticStreamSerializationAllowed = 1;
+    ++na;
+  }
+  if (a.cluster) {
+    attr[na].id = cudaLaunchAttributeClusterDimension;
+    attr[na].val.clusterDim.x = 1;
+    attr[na].val.clusterDim.y = a.S;
+    attr[na].val.clusterDim.z = 1;
+    ++na;
+  }
+  cfg.attrs = attr;
+  cfg.numAttrs = na;
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, a);
+  return e != cudaSuccess ? (int)e : (int)cudaGetLastError();
+}
+
+template <typename T, int MT>
+int by_variant(const Args& a, int asym, int g64, bool pdl, cudaStream_t stream) {
+  if (asym) return g64 ? launch<T, true, true, MT>(a, pdl, stream) : launch<T, true, false, MT>(a, pdl, stream);
+  return g64 ? launch<T, false, true, MT>(a, pdl, stream) : launch<T, false, false, MT>(a, pdl, stream);
+}
+
+}  // namespace
+
+extern "C" {
+
+// The build's variant: warps * 100 + blocks per ring slot * 10 + ring slots.
+int w4a16_gemv_variant() { return W4_WARPS * 100 + W4_SB * 10 + W4_STAGES; }
+
+// Output rows per CTA (one split-K counter per row group).
+int w4a16_gemv_rows_per_cta() { return ROWS; }
+
+// Shared-memory bytes of one CTA for a K chunk of `per` blocks.
+long w4a16_gemv_smem_bytes(int per, int M, int group, int asym) { return (long)smem_bytes(per, M, group == 64, asym != 0); }
+
+// CTAs of this build resident per SM for a chunk of `per` blocks (0 when it does not fit), from the occupancy
+// calculator (registers, shared memory, threads), for the split-K plan.
+int w4a16_gemv_ctas_per_sm(int per, int M, int group, int asym, int bf16) {
+  const bool g64 = group == 64, as = asym != 0;
+  const size_t smem = smem_bytes(per, M, g64, as);
+  size_t limit = 0;
+  int n = 0;
+  cudaError_t e;
+  // Registers and threads barely depend on the dtype / zeros / group: ask the fp16 symmetric group-128 code
+  // of the token tile count that will run.
+  if (M > 8) {
+    if (allow_smem<__half, false, false, 2>(&limit) != 0 || smem > limit) return 0;
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, w4a16_gemv_kernel<__half, false, false, 2>, THREADS, smem);
+  } else {
+    if (allow_smem<__half, false, false, 1>(&limit) != 0 || smem > limit) return 0;
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, w4a16_gemv_kernel<__half, false, false, 1>, THREADS, smem);
+  }
+  (void)bf16;
+  return e == cudaSuccess ? n : 0;
+}
+
+// Returns 0, a cudaError_t, or -1 (M outside 1..16), -2 (group not 64/128), -3 (bad split: S * per must
+// cover the K blocks, S > 1 needs ws and counters), -4 (shared memory over the device's per-block limit).
+// x (M, K) row stride ldx; q (N, Kp/8) int32; s (G, N); z (G, N) uint8 or null; out (M, N) contiguous;
+// ws >= S * M * N floats and counters >= ceil(N / rows_per_cta) zero ints when S > 1.
+// flags: bit 0 = programmatic dependent launch; bit 1 (with bit 0) = read the weights and scales before waiting
+// for the previous kernel (see the header for what that asks of the caller); bit 2 = split-K reduction inside
+// a thread-block cluster when 1 < S <= 8 (ws and counters unused then).
+int w4a16_gemv(const void* x, int x_is_bf16, const void* q, const void* s, const void* z, void* out, float* ws,
+               int* counters, int M, int N, int K, int ldx, int group, int per, int S, int flags, void* stream_) {
+  if (M < 1 || M > MAX_M) return -1;
+  if (group != 64 && group != 128) return -2;
+  const int kblocks = (K + 127) / 128;
+  if (per < 1 || S < 1 || (long)per * S < kblocks || (long)per * (S - 1) >= kblocks) return -3;
+  if (S > 1 && (ws == nullptr || counters == nullptr) && !((flags & 4) && S <= MAX_CLUSTER)) return -3;
+  Args a;
+  a.x = static_cast<const uint16_t*>(x);
+  a.q = static_cast<const uint4*>(q);
+  a.s = static_cast<const uint16_t*>(s);
+  a.z = static_cast<const uint8_t*>(z);
+  a.out = static_cast<uint16_t*>(out);
+  a.ws = ws;
+  a.counters = counters;
+  a.M = M;
+  a.N = N;
+  a.K = K;
+  a.ldx = ldx;
+  a.KW = kblocks * 16;
+  a.G = (K + group - 1) / group;
+  a.kblocks = kblocks;
+  a.per = per;
+  a.S = S;
+  cudaStream_t stream = static_cast<cudaStream_t>(stream_);
+  const int asym = z != nullptr, g64 = group == 64;
+  const bool pdl = (flags & 1) != 0;
+  a.early = pdl && (flags & 2) != 0;
+  a.cluster = (flags & 4) != 0 && S > 1 && S <= MAX_CLUSTER;
+  if (x_is_bf16) {
+    return M > 8 ? by_variant<__nv_bfloat16, 2>(a, asym, g64, pdl, stream) : by_variant<__nv_bfloat16, 1>(a, asym, g64, pdl, stream);
+  }
+  return M > 8 ? by_variant<__half, 2>(a, asym, g64, pdl, stream) : by_variant<__half, 1>(a, asym, g64, pdl, stream);
+}
+
+}  // extern "C"
