@@ -14,7 +14,9 @@ same dtype (the runtime keeps them so), the checkpoint's packed tensors as they 
 COMPRESS_W4A16_CUDA=0 turns the kernel off; COMPRESS_W4A16_VARIANT forces a build variant;
 COMPRESS_W4A16_CLUSTER=1 / 0 forces split K reduced inside thread-block clusters / through the workspace (see the
 .cu header); COMPRESS_W4A16_BALANCE=1 / 0 forces the balanced schedule on (where its plan exists) / off (the
-per-row-group split of session 4) for every shape; COMPRESS_W4A16_PDL picks plain launches (0), programmatic dependent launch (1) or, the default, the
+per-row-group split of session 4) for every shape; COMPRESS_W4A16_PICKS=FILE.json takes (variant, waves,
+cluster, balanced) per shape and M bucket from a sweep's output ({"N,K": {"8": [...], "16": [...]}}) before the
+tables below (bench/results/h100/kernels_s6/ab.py writes one); COMPRESS_W4A16_PDL picks plain launches (0), programmatic dependent launch (1) or, the default, the
 same with the weights read before the previous kernel is done (2: the weights must not be written by the kernel
 launched right before the GEMV; see the .cu header).
 
@@ -42,7 +44,7 @@ MAX_M = 16  # two mma n-tiles of 8 tokens
 # warp; a warp's ring holds slots x blocks x 1 KB of weights, slots - 1 of them in flight. A CTA stages the
 # activations of its K chunk: 4M/rows bytes of them per weight byte, so larger M wants more rows (warps) per CTA.
 VARIANTS = {"w4b2s4": (4, 2, 4), "w4b4s3": (4, 4, 3), "w4b8s2": (4, 8, 2), "w4b1s8": (4, 1, 8), "w8b2s3": (8, 2, 3),
-            "w2b2s6": (2, 2, 6), "w16b2s2": (16, 2, 2)}
+            "w2b2s6": (2, 2, 6), "w16b2s2": (16, 2, 2), "w16b2s3": (16, 2, 3), "w8b2s4": (8, 2, 4)}
 # (variant, waves) per M bucket (M <= 8, <= 16); waves = CTAs launched / CTAs resident at once (see `plan`).
 # Evidence (H100, bench/results/h100/kernels/w4a16_cuda_s4.md): the best geometric mean over 12 Llama-3 / Qwen3
 # layer shapes at M = 1 (w8b2s3 waves 0.5: 16.2 us, the first default w4b2s4 waves 1: 17.2) and at M = 16
@@ -83,7 +85,12 @@ MAX_CLUSTER = 8  # the .cu's portable cluster size: more K chunks reduce through
 # launches ceil(N / rows) x S CTAs, which rarely fills the SMs evenly (8B gate_up with w16b2s2: 112 CTAs, one per
 # SM, 20 of 132 SMs idle); the balanced one launches sms x round(ctas_per_sm x waves) CTAs and cuts the
 # (row group, k block) units evenly between them. Shapes listed here take it by default (measured faster).
-BALANCED: dict[tuple[int, int], dict[int, tuple[str, float]]] = {}
+# Session 6 (bench/results/h100/kernels_s6/README.md): at M = 1 it lost on every shape measured (the per-row-group
+# split leaves SMs free, where programmatic dependent launch starts the next call early); at M = 16 it won on
+# the fused gate_up, 47.7 -> 42.3 us.
+BALANCED: dict[tuple[int, int], dict[int, tuple[str, float]]] = {
+    (28672, 4096): {16: ("w16b2s2", 1.0)},  # 8B fused gate_up
+}
 _RC = {-1: "M outside 1..16", -2: "group_size not 64/128", -3: "bad split-K plan",
        -4: "shared memory over the device's per-block limit"}
 
@@ -129,14 +136,42 @@ def balance_mode() -> bool | None:
     return v == "1"
 
 
+_picks_cache: dict[str, dict] = {}
+
+
+def picks_file() -> dict:
+    """COMPRESS_W4A16_PICKS: {(N, K): {bucket: (variant, waves, cluster, balanced)}} from a JSON file, else {}."""
+    path = os.environ.get("COMPRESS_W4A16_PICKS")
+    if not path:
+        return {}
+    if path not in _picks_cache:
+        import json
+
+        try:
+            raw = json.loads(Path(path).read_text())
+            got = {tuple(int(v) for v in nk.split(",")): {int(b): (str(c[0]), float(c[1]), bool(c[2]), bool(c[3]))
+                                                          for b, c in by.items()} for nk, by in raw.items()}
+        except (OSError, ValueError, TypeError, IndexError, AttributeError) as e:
+            raise CompressError(f"COMPRESS_W4A16_PICKS={path!r} is not a readable picks file ({e}); "
+                                'write {"N,K": {"8": [variant, waves, cluster, balanced]}} or unset it') from None
+        bad = sorted({c[0] for by in got.values() for c in by.values()} - set(VARIANTS))
+        if bad:
+            raise CompressError(f"COMPRESS_W4A16_PICKS={path!r} names unknown variants {bad}; use {sorted(VARIANTS)}")
+        _picks_cache[path] = got
+    return _picks_cache[path]
+
+
 def default_config(m: int, n: int | None = None, k: int | None = None) -> tuple[str, float, bool, bool]:
-    """(variant, waves, cluster reduction, balanced schedule) for M tokens of an (N, K) layer: BALANCED's entry for
-    the shape, else TUNED's measured winner, else DEFAULTS; COMPRESS_W4A16_BALANCE=1 keeps the variant and waves
+    """(variant, waves, cluster reduction, balanced schedule) for M tokens of an (N, K) layer: the picks file's entry
+    (COMPRESS_W4A16_PICKS), else BALANCED's entry for the shape, else TUNED's measured winner, else DEFAULTS; COMPRESS_W4A16_BALANCE=1 keeps the variant and waves
     of TUNED / DEFAULTS and balances them; COMPRESS_W4A16_VARIANT overrides the variant for every M and shape."""
     bucket = next((b for b in sorted(DEFAULTS) if m <= b), max(DEFAULTS))
     bal_env = balance_mode()
     got = BALANCED.get((n, k), {}).get(bucket)
-    if got is not None and bal_env is not False:
+    picked = picks_file().get((n, k), {}).get(bucket)
+    if picked is not None:
+        name, waves, cluster, balanced = picked
+    elif got is not None and bal_env is not False:
         name, waves, cluster, balanced = *got, False, True
     else:
         name, waves, cluster = TUNED.get((n, k), {}).get(bucket) or (*DEFAULTS[bucket], False)

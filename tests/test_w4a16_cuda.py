@@ -311,6 +311,26 @@ def test_balance_switch(monkeypatch):
         w4a16_cuda.default_config(1)
 
 
+def test_picks_file_overrides_the_tables(monkeypatch, tmp_path):
+    """COMPRESS_W4A16_PICKS (a sweep's picks.json) comes before BALANCED and TUNED, per shape and M bucket."""
+    monkeypatch.delenv("COMPRESS_W4A16_VARIANT", raising=False)
+    monkeypatch.delenv("COMPRESS_W4A16_BALANCE", raising=False)
+    f = tmp_path / "picks.json"
+    f.write_text('{"4096,4096": {"8": ["w16b2s3", 0.5, false, false]}, "28672,4096": {"16": ["w8b2s4", 1.0, false, true]}}')
+    monkeypatch.setenv("COMPRESS_W4A16_PICKS", str(f))
+    assert w4a16_cuda.default_config(1, 4096, 4096) == ("w16b2s3", 0.5, False, False)
+    assert w4a16_cuda.default_config(16, 28672, 4096) == ("w8b2s4", 1.0, False, True)
+    assert w4a16_cuda.default_config(16, 4096, 4096) == (*w4a16_cuda.TUNED[(4096, 4096)][16], False)
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"4096,4096": {"8": ["w99", 0.5, false, false]}}')
+    monkeypatch.setenv("COMPRESS_W4A16_PICKS", str(bad))
+    with pytest.raises(CompressError, match=r"names unknown variants \['w99'\]"):
+        w4a16_cuda.default_config(1, 4096, 4096)
+    monkeypatch.setenv("COMPRESS_W4A16_PICKS", str(tmp_path / "missing.json"))
+    with pytest.raises(CompressError, match=r"is not a readable picks file"):
+        w4a16_cuda.default_config(1)
+
+
 @pytest.mark.parametrize("name,waves,ctas", [("w16b2s2", 1.0, 1), ("w8b2s3", 0.5, 2), ("w8b2s3", 1.0, 2),
                                                ("w4b2s4", 1.0, 4), ("w2b2s6", 0.5, 8)])
 @pytest.mark.parametrize("m", [1, 16])
