@@ -47,6 +47,10 @@
 // partials through distributed shared memory in split order, or each CTA writes fp32 partials to a workspace
 // and the last CTA of a row group to arrive (counter) sums the S partials in split order and writes y, then
 // resets the counter to 0 for the next call (CUDA-graph safe). Both orders are the same: the same bytes.
+// Balanced schedule (flag bit 3, session 6; see Args.bal): a 1-D grid of any CTA count shares the (row group,
+// block) units evenly, each CTA's run spanning at most two row groups. H100 (bench/results/h100/kernels_s6): slower
+// than the per-row-group split at M = 1 on every shape measured (that split leaves SMs where the next call starts
+// early under PDL); faster on the 8B fused gate_up at M = 16 (47.7 -> 42.3 us), the launcher's only default use.
 //
 // Programmatic dependent launch (flag bit 0, sm_90): the kernel may be scheduled while the previous kernel in
 // the stream drains, and waits (`griddepcontrol.wait`) before its first global read, so its launch and setup
