@@ -25,3 +25,11 @@ timeout $LEFT python bench/results/cpu/vptq_fit/session6_diag.py --model $G --de
   | grep -a --line-buffered -v "it/s\]\|Warn\|warn\|^20[0-9][0-9]-" > $OUT/log.txt
 echo "rc ${PIPESTATUS[0]} after $(( $(date +%s) - START )) s"
 tail -30 $OUT/log.txt
+# Optional single-layer fit timing (issue 4 asks for one 4096x14336 layer), in the time left:
+#   LAYER_ROW=layer:vptq_v8_k4096_r128:4096x14336 LIMIT=505 bash .../device_run.sh <arms>
+if [ -n "${LAYER_ROW:-}" ]; then
+  LEFT=$(( ${LIMIT:-500} - ($(date +%s) - START) ))
+  echo "layer row limit ${LEFT} s"
+  timeout $LEFT python bench/vptq_table.py --out /tmp/vt6 --device cuda --no-eval --verbose --rows "$LAYER_ROW" > $OUT/layer_log.txt 2>&1
+  echo "layer rc $?"; cp /tmp/vt6/vptq_table.json $OUT/layer_row.json 2>/dev/null; tail -5 $OUT/layer_log.txt
+fi
