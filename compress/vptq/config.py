@@ -118,7 +118,9 @@ class VPTQConfig(BaseModel):
         if any(v < 0 or v > 2**20 for v in self.res_centroids_by_type.values()):
             raise ValueError(f"res_centroids_by_type sizes must lie in 0..2^20, got {self.res_centroids_by_type}")
         if self.own_codebooks and self.scope == "layer":
-            raise ValueError("own_codebooks needs shared codebooks (scope layer_type or model); with scope layer every layer has its own")
+            raise ValueError(
+                "own_codebooks needs shared codebooks (scope layer_type or model); with scope layer every layer has its own"
+            )
         if self.res_centroids_by_type and self.scope == "layer":
             raise ValueError("res_centroids_by_type needs shared codebooks (scope layer_type or model)")
         return self

@@ -297,7 +297,9 @@ def _fit_shared_codebooks(model, batches, linears, vlens, cfg, device, progress,
     return books
 
 
-def _joint_groups(mine: dict[str, nn.Linear], hooks: _HessianHooks, vlens: dict, cfg: VPTQConfig, own=frozenset()) -> list[list[str]]:
+def _joint_groups(
+    mine: dict[str, nn.Linear], hooks: _HessianHooks, vlens: dict, cfg: VPTQConfig, own=frozenset()
+) -> list[list[str]]:
     """Layers of one block fitted together: same input (bit-identical Hessian: q/k/v, gate/up), same
     shared codebook, no outliers (see fit_vptq_joint). Otherwise one layer per group (layers in `own`
     have codebooks of their own: always alone)."""
