@@ -8,6 +8,8 @@ model itself produces (so errors of earlier layers are included, as in inference
     norm    = ||W_q x|| / ||W_f x||
 and, per block, the residual stream's relative error against the float model. W_f is the float weight in
 the same parametrisation (equalised for VPTQ: same function). PPL on the first 3 windows of 2048.
+Each VPTQ arm also records the layers given their own codebooks (own_codebooks) with their distortion
+ratios, and logs every fitted layer as it finishes.
 
     OMP_NUM_THREADS=1 python bench/results/cpu/vptq_fit/diag_blocks.py --blocks 4 --arm gptq3 --arm vptq:vptq_v8_k4096_r128
 Arms: gptq<bits>, vptq:<preset>[:field=value,...]. Quantized weights are cached in --cache (reruns skip the fit).
@@ -66,10 +68,10 @@ def measure(model, teacher_w, base_model, ids, linears):
             fx = x @ wf.t()
             qx = out.reshape(-1, out.shape[-1]).float()
             a = acc[n]
-            a[0] += fx.pow(2).sum().double()
-            a[1] += (fx - qx).pow(2).sum().double()
-            a[2] += (fx * qx).sum().double()
-            a[3] += qx.pow(2).sum().double()
+            a[0] += float(fx.pow(2).sum())
+            a[1] += float((fx - qx).pow(2).sum())
+            a[2] += float((fx * qx).sum())
+            a[3] += float(qx.pow(2).sum())
 
         hooks.append(mods[n].register_forward_hook(hook))
     out_q = model(ids[None], output_hidden_states=True, use_cache=False).hidden_states
@@ -156,9 +158,12 @@ def main():
                 gptq(model, calib, tok, int(arm[4:]), regex)
                 info = {"fit_s": time.time() - t}
             else:
-                r = apply_vptq(model, calib.samples, cfg, device=dev)
+                r = apply_vptq(model, calib.samples, cfg, device=dev, progress=lambda d, n, m: log(f"  [{d}/{n}] {m}"))
                 info = {"fit_s": time.time() - t, "bits": r.size_report()["bits_per_weight"],
-                        "proxy": {n: s["proxy_loss"] for n, s in r.stats.items()}}
+                        "proxy": {n: s["proxy_loss"] for n, s in r.stats.items()},
+                        "own": sorted(n for n, s in r.stats.items() if s.get("own_codebook")),
+                        "distortion_ratio": {n: s["distortion_ratio"] for n, s in r.stats.items() if "distortion_ratio" in s}}
+                log(arm, "own codebooks:", info["own"])
             other = {n: p.detach().clone() for n, p in model.named_parameters() if "norm" in n}
             if f is not None:
                 torch.save({"w": {n: m.weight.detach().clone() for n, m in lin.items()}, "info": info, "other": other}, f)

@@ -20,7 +20,7 @@ ARGS=()
 for a in "$@"; do ARGS+=(--arm "$a"); done
 LEFT=$(( ${LIMIT:-500} - ($(date +%s) - START) ))
 echo "python limit ${LEFT} s"
-timeout $LEFT python bench/results/cpu/vptq_fit/session6_diag.py --model $G --device cuda --data .data --calib 128x512 \
+timeout $LEFT python bench/results/cpu/vptq_fit/diag_blocks.py --model $G --device cuda --data .data --calib 128x512 \
   --full-kmeans --windows 0 --blocks 30 --cache none --out $OUT/diag.json "${ARGS[@]}" 2>&1 \
   | grep -a --line-buffered -v "it/s\]\|Warn\|warn\|^20[0-9][0-9]-" > $OUT/log.txt
 echo "rc ${PIPESTATUS[0]} after $(( $(date +%s) - START )) s"
