@@ -117,26 +117,26 @@ def pdl_mode() -> int:
     return int(v)
 
 
-def cluster_mode() -> bool | None:
-    """COMPRESS_W4A16_CLUSTER=1 / 0: split-K CTAs of a row group reduce inside a thread-block cluster (<= 8 chunks)
-    / through the workspace for every shape; unset: as TUNED says (workspace for shapes it does not list)."""
-    v = os.environ.get("COMPRESS_W4A16_CLUSTER")
+def _env_switch(name: str) -> bool | None:
+    """An on/off environment override: "1" -> True, "0" -> False, unset -> None (the tuned tables decide)."""
+    v = os.environ.get(name)
     if v is None:
         return None
     if v not in ("0", "1"):
-        raise CompressError(f"COMPRESS_W4A16_CLUSTER={v!r} is not 0 or 1; unset it or pick one")
+        raise CompressError(f"{name}={v!r} is not 0 or 1; unset it or pick one")
     return v == "1"
+
+
+def cluster_mode() -> bool | None:
+    """COMPRESS_W4A16_CLUSTER=1 / 0: split-K CTAs of a row group reduce inside a thread-block cluster (<= 8 chunks)
+    / through the workspace for every shape; unset: as TUNED says (workspace for shapes it does not list)."""
+    return _env_switch("COMPRESS_W4A16_CLUSTER")
 
 
 def balance_mode() -> bool | None:
     """COMPRESS_W4A16_BALANCE=1 / 0: the balanced schedule for every shape (where its plan exists) / for none;
     unset: as BALANCED says."""
-    v = os.environ.get("COMPRESS_W4A16_BALANCE")
-    if v is None:
-        return None
-    if v not in ("0", "1"):
-        raise CompressError(f"COMPRESS_W4A16_BALANCE={v!r} is not 0 or 1; unset it or pick one")
-    return v == "1"
+    return _env_switch("COMPRESS_W4A16_BALANCE")
 
 
 _picks_cache: dict[str, dict] = {}
