@@ -239,7 +239,8 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunResult:
 
 
 def _source_dtype(config) -> torch.dtype:
-    dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    # transformers 5 keeps the old `torch_dtype` only as a deprecated alias of `dtype` (reading it warns)
+    dtype = getattr(config, "dtype", None)
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype, None)
     return dtype if dtype in (torch.float16, torch.bfloat16) else torch.bfloat16
