@@ -30,6 +30,7 @@ tail -30 $OUT/log.txt
 if [ -n "${LAYER_ROW:-}" ]; then
   LEFT=$(( ${LIMIT:-500} - ($(date +%s) - START) ))
   echo "layer row limit ${LEFT} s"
-  timeout $LEFT python bench/vptq_table.py --out /tmp/vt6 --device cuda --no-eval --verbose --rows "$LAYER_ROW" > $OUT/layer_log.txt 2>&1
+  # `timeout 0` would mean no limit at all (it did in call 4): skip the row instead when no time is left
+  [ "$LEFT" -gt 0 ] && timeout $LEFT python bench/vptq_table.py --out /tmp/vt6 --device cuda --no-eval --verbose --rows "$LAYER_ROW" > $OUT/layer_log.txt 2>&1
   echo "layer rc $?"; cp /tmp/vt6/vptq_table.json $OUT/layer_row.json 2>/dev/null; tail -5 $OUT/layer_log.txt
 fi
