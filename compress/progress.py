@@ -36,6 +36,16 @@ class Progress:
         if not self.enabled:
             yield lambda: None
             return
+        if not console.is_terminal:
+            count = [0]
+            line = _LogLine(description)
+
+            def advance() -> None:
+                count[0] += 1
+                line.maybe(f"{count[0]}/{total}")
+
+            yield advance
+            return
         with RichProgress(
             TextColumn("  {task.description}"),
             BarColumn(),
@@ -54,6 +64,10 @@ class Progress:
         if not self.enabled:
             yield lambda *args, **kwargs: None
             return
+        if not console.is_terminal:
+            line = _LogLine(description)
+            yield lambda done, total, message="": line.maybe(f"{done}/{total} {message}".rstrip())
+            return
         with RichProgress(
             TextColumn("  {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
         ) as bar:
@@ -63,3 +77,20 @@ class Progress:
                 bar.update(tid, completed=done, total=total, description=f"{description}: {message}"[:90])
 
             yield update
+
+
+class _LogLine:
+    """Bars need a terminal: in a log (pipe, file, CI) rich shows nothing until a loop ends, which for a
+    VPTQ fit is many minutes of silence. There, one plain line at most every LOG_EVERY_S seconds instead."""
+
+    LOG_EVERY_S = 30.0
+
+    def __init__(self, description: str):
+        self.description = description
+        self.start = self.last = time.perf_counter()
+
+    def maybe(self, state: str) -> None:
+        now = time.perf_counter()
+        if now - self.last >= self.LOG_EVERY_S:
+            self.last = now
+            console.print(f"  {self.description}: {state} ({now - self.start:.0f} s)", markup=False, highlight=False)
