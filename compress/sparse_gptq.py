@@ -24,18 +24,15 @@ from copy import copy
 
 import torch
 
+from compress.sparsity import is_24_sparse
+
 _state = threading.local()  # .keep: bool [batch, rows, cols] in GPTQ's column order, or None
 _REGISTERED = False
 
 
-def _is_24(w: torch.Tensor) -> bool:
-    """Same rule as compress.sparsity.capture_masks: some zeros, no group of 4 with more than 2 nonzeros."""
-    if w.shape[-1] % 4 or not bool((w == 0).any()):
-        return False
-    return int(((w.reshape(w.shape[0], -1, 4) != 0).sum(-1) > 2).sum()) == 0
-
-
-def _masked_block_update(W1, Hinv1, Q1, Err1, losses1, *, scale, zero_point, global_scale, g_idx, quant_args, i1):
+def _compress_gptq_block_update_keep_24(W1, Hinv1, Q1, Err1, losses1, *, scale, zero_point, global_scale, g_idx,
+                                        quant_args, i1):
+    """llmcompressor's eager GPTQ block update, with pruned weights quantized to zero (the marked line)."""
     from compressed_tensors.quantization import QuantizationStrategy, fake_quantize
     from llmcompressor.modifiers.gptq.helpers import column_scale_window
 
@@ -69,13 +66,9 @@ def _register_once() -> None:
     from compressed_tensors.utils.impl_backend import ImplBackend
 
     # Priority -1: before llmcompressor's Triton backend (0), which cannot take a mask.
+    # The registry keys backends by function name, unique across all ops: hence the long name.
     ImplBackend.register("gptq_block_update", _mask_active, -1)(_compress_gptq_block_update_keep_24)
     _REGISTERED = True
-
-
-def _compress_gptq_block_update_keep_24(*args, **kwargs):
-    # A named wrapper: the registry keys backends by function name, which must be unique across ops.
-    return _masked_block_update(*args, **kwargs)
 
 
 @contextlib.contextmanager
@@ -89,7 +82,7 @@ def gptq_keeps_24_masks():
 
     def ordering_with_mask(weights, hessians, actorder):
         # Mask per stacked layer before GPTQ permutes the (in-place) working tensors.
-        is_24 = torch.tensor([_is_24(w) for w in weights], device=weights.device)
+        is_24 = torch.tensor([is_24_sparse(w) for w in weights], device=weights.device)
         weights, hessians, perm = original(weights, hessians, actorder)
         _state.keep = (weights != 0) | ~is_24[:, None, None] if bool(is_24.any()) else None
         return weights, hessians, perm

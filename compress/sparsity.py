@@ -20,9 +20,14 @@ def capture_masks(model, names: list[str] | None = None) -> dict[str, torch.Tens
     for name, mod in model.named_modules():
         if isinstance(mod, torch.nn.Linear) and (names is None or name in names):
             w = mod.weight.detach()
-            if w.shape[1] % 4 == 0 and _violations(w) == 0 and (w == 0).any():
+            if is_24_sparse(w):
                 masks[name] = (w != 0).cpu()
     return masks
+
+
+def is_24_sparse(w: torch.Tensor) -> bool:
+    """A weight that is exactly 2:4 sparse: some zeros, and no group of 4 along a row with more than 2 nonzeros."""
+    return w.shape[-1] % 4 == 0 and bool((w == 0).any()) and _violations(w) == 0
 
 
 def _violations(w: torch.Tensor) -> int:
