@@ -16,8 +16,8 @@ COMPRESS_W4A16_CLUSTER=1 / 0 forces split K reduced inside thread-block clusters
 .cu header); COMPRESS_W4A16_BALANCE=1 / 0 forces the balanced schedule on (where its plan exists) / off (the
 per-row-group split of session 4) for every shape; COMPRESS_W4A16_PICKS=FILE.json takes (variant, waves,
 cluster, balanced) per shape and M bucket from a sweep's output ({"N,K": {"8": [...], "16": [...]}}) before the
-tables below (bench/results/h100/kernels_s6/ab.py writes one); COMPRESS_W4A16_PDL picks plain launches (0), programmatic dependent launch (1) or, the default, the
-same with the weights read before the previous kernel is done (2: the weights must not be written by the kernel
+tables below (bench/results/h100/kernels_s6/ab.py writes one); COMPRESS_W4A16_PDL picks plain launches (0),
+programmatic dependent launch (1) or, the default, the same with the weights read before the previous kernel is done (2: the weights must not be written by the kernel
 launched right before the GEMV; see the .cu header).
 
 Public: `w4a16_gemv` (launcher, registered as torch.ops.compress.w4a16_gemv), `supports`, `plan`, `build`.
@@ -166,8 +166,8 @@ def picks_file() -> dict:
 
 def default_config(m: int, n: int | None = None, k: int | None = None) -> tuple[str, float, bool, bool]:
     """(variant, waves, cluster reduction, balanced schedule) for M tokens of an (N, K) layer: the picks file's entry
-    (COMPRESS_W4A16_PICKS), else BALANCED's entry for the shape, else TUNED's measured winner, else DEFAULTS; COMPRESS_W4A16_BALANCE=1 keeps the variant and waves
-    of TUNED / DEFAULTS and balances them; COMPRESS_W4A16_VARIANT overrides the variant for every M and shape."""
+    (COMPRESS_W4A16_PICKS), else BALANCED's entry for the shape, else TUNED's measured winner, else DEFAULTS;
+    COMPRESS_W4A16_BALANCE=1 keeps the variant and waves of TUNED / DEFAULTS and balances them; COMPRESS_W4A16_VARIANT overrides the variant for every M and shape."""
     bucket = next((b for b in sorted(DEFAULTS) if m <= b), max(DEFAULTS))
     bal_env = balance_mode()
     got = BALANCED.get((n, k), {}).get(bucket)
@@ -369,24 +369,24 @@ def plan_for(device: torch.device, lib: ctypes.CDLL, name: str, n: int, k: int, 
     occupancy calculator (cached per call shape): (per, split or CTAs, balanced)."""
     key = (device, name, n, k, m, group_size, asym, bf16, waves, min_blocks, cluster, balanced)
     cap = MAX_CLUSTER if cluster else None
-    got = _plans.get(key)
-    if got is None and balanced:
-        sms = torch.cuda.get_device_properties(device).multi_processor_count
+    if key in _plans:
+        return _plans[key]
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    got = None
+    if balanced:
         occ = lambda per: lib.w4a16_gemv_ctas_per_sm(per, m, group_size, int(asym), int(bf16), 1)  # noqa: E731
         first = plan_balanced(n, k, m, sms, name, waves, max(1, occ(8)), group_size, asym)
         if first is not None:
             bp = plan_balanced(n, k, m, sms, name, waves, max(1, occ(first[0])), group_size, asym)
             if bp is not None:
                 got = (*bp, True)
-                _plans[key] = got
     if got is None:
-        sms = torch.cuda.get_device_properties(device).multi_processor_count
         occ = lambda per: lib.w4a16_gemv_ctas_per_sm(per, m, group_size, int(asym), int(bf16), 0)  # noqa: E731
         # The occupancy depends on the chunk (its staged activations and scales), the chunk on the occupancy:
         # plan at a guess, then once more at the chunk that gave.
         per, _ = plan(n, k, m, sms, name, waves, max(1, occ(8)), min_blocks, group_size, asym, cap)
         got = (*plan(n, k, m, sms, name, waves, max(1, occ(per)), min_blocks, group_size, asym, cap), False)
-        _plans[key] = got
+    _plans[key] = got
     return got
 
 
