@@ -56,3 +56,33 @@ def test_finetune_lowers_heldout_kl_and_keeps_indices(ids):
     for key in shared:  # a shared codebook stays one tensor's worth of values across its layers
         books = [vq.codebook for vq in tuned.layers.values() if vq.codebook_key == key]
         assert all(torch.equal(b, books[0]) for b in books)
+
+
+def test_finetune_norms_learn_and_land_in_the_model(ids):
+    from transformers import AutoModelForCausalLM
+
+    from compress.vptq.finetune import _norm_parameters
+
+    batches = [
+        {"input_ids": ids[i * 96 : (i + 1) * 96][None], "attention_mask": torch.ones(1, 96, dtype=torch.long)} for i in range(8)
+    ]
+    cfg = dict(num_centroids=256, num_res_centroids=16, kmeans_iters=6, indivisible="shrink", equalize=1.0)
+    kls = {}
+    for norms in (False, True):
+        model = AutoModelForCausalLM.from_pretrained(str(STORIES), dtype=torch.float32).eval()
+        before = {n: p.detach().clone() for n, p in _norm_parameters(model).items()}
+        result = apply_vptq(
+            model, batches, VPTQModifierConfig(**cfg, finetune_steps=12, finetune_batch=2, finetune_lr=3e-3, finetune_norms=norms),
+            device="cpu",
+        )
+        kls[norms] = result.finetune["heldout_kl_best"]
+        assert result.finetune["norm_parameters"] == (11 if norms else 0)  # 5 blocks x 2 RMSNorms + the final one
+        after = _norm_parameters(model)
+        if norms:
+            assert result.finetune["best_step"] > 0
+            # the norms moved (equalisation also rescales some of them: compare with a run that only equalised)
+            assert any(not torch.equal(after[n], plain_after[n]) for n in after)
+        else:
+            plain_after = {n: p.detach().clone() for n, p in after.items()}
+            assert any(not torch.equal(after[n], before[n]) for n in after)  # equalisation folded into them
+    assert kls[True] < kls[False], kls

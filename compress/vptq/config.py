@@ -70,6 +70,8 @@ class VPTQConfig(BaseModel):
         finetune_batch: calibration windows per step.
         finetune_holdout: share of the calibration windows held out to pick the best pass (never worse
             than the layer-wise fit on them).
+        finetune_norms: the model's normalisation weights (RMSNorm/LayerNorm) learn with the codebooks and
+            scales (stored as the checkpoint's ordinary tensors; they cost no bits of the quantized weights).
         own_codebooks: at most this many layers of shared scopes get main/residual codebooks of their own
             (sized as their scope's): those whose relative distortion under their scope's codebooks (weights and
             calibration diag(H), no evaluation data) is highest, if at least `own_codebook_ratio` x the scope's
@@ -106,6 +108,7 @@ class VPTQConfig(BaseModel):
     finetune_lr: float = Field(1e-3, gt=0.0)
     finetune_batch: int = Field(8, ge=1)
     finetune_holdout: float = Field(0.125, ge=0.0, lt=1.0)
+    finetune_norms: bool = False
     own_codebooks: int = Field(0, ge=0)
     own_codebook_ratio: float = Field(1.5, ge=1.0)
     hdiag_floor: float = Field(0.0, ge=0.0, le=1.0)
@@ -242,6 +245,7 @@ class VPTQModifierConfig(BaseModel):
     finetune_lr: float | None = None
     finetune_batch: int | None = None
     finetune_holdout: float | None = None
+    finetune_norms: bool | None = None
     own_codebooks: int | None = None
     own_codebook_ratio: float | None = None
     hdiag_floor: float | None = None

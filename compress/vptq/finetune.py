@@ -39,9 +39,12 @@ class _Gather(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         order, ends, counts = ctx.saved_tensors
-        g = grad[order].double()
-        csum = torch.cat([g.new_zeros(1, g.shape[1]), g.cumsum(0)])
-        return (csum[ends] - csum[ends - counts]).to(grad.dtype), None, None, None, None
+        # Scan along the innermost dim of a (v, rows) copy: CUDA runs a cumsum along dim 0 of (rows, v) as one
+        # sequential thread per column (the k-means fix of session 6; here it made one SmolLM2 backward take
+        # seconds). On the CPU both scans add in the same order: same bits.
+        g = grad[order].double().t().contiguous()
+        csum = torch.cat([g.new_zeros(g.shape[0], 1), g.cumsum(1)], dim=1)
+        return (csum[:, ends] - csum[:, ends - counts]).t().to(grad.dtype), None, None, None, None
 
 
 @dataclass
@@ -128,6 +131,17 @@ def _weight(layer: _Layer, params: dict[str, torch.Tensor]) -> torch.Tensor:
     return w
 
 
+def _norm_parameters(model: nn.Module) -> dict[str, nn.Parameter]:
+    """The parameters of the model's normalisation layers (RMSNorm/LayerNorm weights and biases), by name:
+    modules whose class name ends in "Norm" (LlamaRMSNorm, Qwen3RMSNorm, nn.LayerNorm, ...)."""
+    out = {}
+    for mname, module in model.named_modules():
+        if type(module).__name__.endswith("Norm"):
+            for pname, p in module.named_parameters(recurse=False):
+                out[f"{mname}.{pname}" if mname else pname] = p
+    return out
+
+
 def _stack(samples: list[dict]) -> dict:
     """Samples as one batch, each cut to the shortest of them: one-document calibration samples differ in
     length, and padding would have to be masked out of the loss and the attention alike."""
@@ -183,14 +197,20 @@ def finetune_codebooks(
     holdout: float,
     seed: int,
     device: torch.device,
+    train_norms: bool = False,
     progress=None,
 ) -> tuple[dict[str, VQWeight], dict]:
     """Refine codebooks and row scales of `layers` (module docstring). `teacher_weights`: the float
-    weights of the same Linears (the model's other tensors are shared by teacher and student). Returns
-    the refined layers (fp16 codebooks/scales, same indices) and a report (held-out KL per pass)."""
+    weights of the same Linears (the model's other tensors are shared by teacher and student). With
+    `train_norms`, the weights of the model's normalisation layers learn too (the student's copies; the
+    teacher keeps the originals) and the best ones are written into the model. Returns the refined layers
+    (fp16 codebooks/scales, same indices) and a report (held-out KL per pass)."""
     from torch.func import functional_call
 
     params, prepared = _prepare(layers, device)
+    norms = _norm_parameters(model) if train_norms else {}
+    for n, p in norms.items():
+        params[f"norm:{n}"] = p.detach().float().clone()
     for p in params.values():
         p.requires_grad_(True)
     n_hold = min(len(batches) - 1, max(1, int(round(holdout * len(batches))))) if len(batches) > 1 else 0
@@ -208,7 +228,9 @@ def finetune_codebooks(
         return {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in batch.items()}
 
     def student_weights():
-        return {f"{layer.name}.weight": _weight(layer, params) for layer in prepared}
+        w = {f"{layer.name}.weight": _weight(layer, params) for layer in prepared}
+        w.update({n: params[f"norm:{n}"].to(p.dtype) for n, p in norms.items()})
+        return w
 
     def kl_of(batch, weights) -> torch.Tensor:
         b = move(batch)
@@ -230,6 +252,7 @@ def finetune_codebooks(
         best = held_kl()
         history.append({"step": 0, "heldout_kl": best})
         best_state = {k: v.detach().clone() for k, v in params.items()}
+        best_step = 0
         per_pass = max(1, len(train) // batch_size)
         step = 0
         while step < steps:
@@ -248,9 +271,12 @@ def finetune_codebooks(
             if progress:
                 progress(step, steps, f"codebook fine-tuning: held-out KL {score:.4f} (start {history[0]['heldout_kl']:.4f})")
             if not held or score < best:
-                best = score
+                best, best_step = score, step
                 best_state = {k: v.detach().clone() for k, v in params.items()}
     model.train(was_training)
+    with torch.no_grad():
+        for n, p in norms.items():
+            p.copy_(best_state[f"norm:{n}"].to(p.dtype))
     for p in frozen:
         p.requires_grad_(True)
 
@@ -263,6 +289,6 @@ def finetune_codebooks(
         if vq.scale is not None:
             kw["scale"] = best_state[f"log_scale:{layer.name}"].exp().half()
         out[layer.name] = replace(vq, **kw)
-    report = {"steps": steps, "lr": lr, "batch_size": batch_size, "train_windows": len(train), "heldout_windows": len(held),
-              "heldout_kl_start": history[0]["heldout_kl"], "heldout_kl_best": best, "history": history}
+    report = {"steps": steps, "lr": lr, "train_norms": bool(norms), "norm_parameters": len(norms), "batch_size": batch_size, "train_windows": len(train), "heldout_windows": len(held),
+              "heldout_kl_start": history[0]["heldout_kl"], "heldout_kl_best": best, "best_step": best_step, "history": history}
     return out, report

@@ -457,7 +457,8 @@ def _apply(model, calibration_batches, config, progress: Progress | None, device
         with torch.enable_grad():
             tuned, finetune_report = finetune_codebooks(
                 model, calibration_batches, layers, teacher, steps=cfg.finetune_steps, lr=cfg.finetune_lr,
-                batch_size=cfg.finetune_batch, holdout=cfg.finetune_holdout, seed=cfg.seed, device=dev, progress=progress,
+                batch_size=cfg.finetune_batch, holdout=cfg.finetune_holdout, seed=cfg.seed, device=dev,
+                train_norms=cfg.finetune_norms, progress=progress,
             )
         del teacher
         for name, vq in tuned.items():

@@ -13,6 +13,9 @@ ratios, and logs every fitted layer as it finishes.
 
     OMP_NUM_THREADS=1 python bench/results/cpu/vptq_fit/diag_blocks.py --blocks 4 --arm gptq3 --arm vptq:vptq_v8_k4096_r128
 Arms: gptq<bits>, vptq:<preset>[:field=value,...]. Quantized weights are cached in --cache (reruns skip the fit).
+`--finetune steps=224,lr=1e-3,norms=1[,batch=8,holdout=0.125]` (repeatable): after each freshly fitted VPTQ arm, the
+end-to-end codebook/scale refinement (compress/vptq/finetune.py, the function `finetune_steps` runs inside
+apply_vptq) from that one fit, once per spec, each scored like an arm: one fit, several refinements.
 """
 
 from __future__ import annotations
@@ -84,6 +87,34 @@ def measure(model, teacher_w, base_model, ids, linears):
     return layer, block, block_norm
 
 
+def refine_and_score(fitted, r, teacher, calib, spec, base, probe, lin, ids, args, cfg):
+    """One refinement spec from a copy of a fitted VPTQ model, scored like an arm."""
+    from compress.vptq.finetune import finetune_codebooks
+    from eval.perplexity import perplexity
+
+    kw = dict(steps=112, lr=1e-3, batch=8, holdout=0.125, norms=0)
+    kw.update({k: json.loads(v) for k, v in (i.split("=", 1) for i in spec.split(","))})
+    t = time.time()
+    model = copy.deepcopy(fitted)
+    with torch.enable_grad():
+        tuned, rep = finetune_codebooks(
+            model, calib.samples, r.layers, teacher, steps=kw["steps"], lr=kw["lr"],
+            batch_size=kw["batch"], holdout=kw["holdout"], seed=cfg.vptq().seed, device=torch.device(args.device),
+            train_norms=bool(kw["norms"]),
+        )
+    mods = dict(model.named_modules())
+    for n, vq in tuned.items():
+        mods[n].weight.data.copy_(vq.dequantize(mods[n].weight.dtype))
+    ft_s = time.time() - t
+    model.eval()
+    layer, block, block_norm = measure(model, teacher, base, probe, list(lin))
+    ppl = perplexity(model, ids, 2048, args.windows or None).ppl
+    hist = " ".join(f"{h['step']}:{h['heldout_kl']:.4f}" for h in rep["history"])
+    log("finetune", spec, "ppl", round(ppl, 3), f"{ft_s:.1f} s", "held-out KL", hist)
+    # same indices and tensor shapes as the fit: the arm's bits/weight hold
+    return {"ppl": ppl, "finetune_s": ft_s, "finetune": rep, "layer": layer, "block_rel_err": block, "block_norm": block_norm}
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--blocks", type=int, default=4)
@@ -96,6 +127,7 @@ def main():
     p.add_argument("--data", default=None, help="folder with c4_sample_300.jsonl and wikitext2_raw_test.txt")
     p.add_argument("--calib", default="32x256", help="calibration windows x tokens")
     p.add_argument("--full-kmeans", action="store_true", help="the presets' k-means (default: 10 steps, 2^17 samples)")
+    p.add_argument("--finetune", action="append", default=[], help="refinement spec run from each VPTQ arm's fit")
     args = p.parse_args()
     torch.manual_seed(0)
     from calibration.sampling import build_calibration_set, load_documents
@@ -121,6 +153,7 @@ def main():
     results = {}
     for arm in args.arm:
         t_arm = time.time()
+        r = None  # the VPTQ fit result, when this arm fits one (the refinements start from it)
         key = re.sub(r"[^\w.-]+", "_", arm) + f"_b{args.blocks}"
         if args.calib != "32x256" or args.full_kmeans or args.model:
             key += f"_{args.calib}{'_full' if args.full_kmeans else ''}{'_m' if args.model else ''}"
@@ -175,6 +208,10 @@ def main():
         log(arm, "ppl", round(ppl, 3), "bits", info.get("bits"))
         if args.out:  # after every arm: a killed run keeps what it finished
             Path(args.out).write_text(json.dumps(results, indent=1))
+        for spec in args.finetune if r is not None else []:
+            results[f"{arm}+ft({spec})"] = refine_and_score(model, r, teacher, calib, spec, base, probe, lin, ids, args, cfg)
+            if args.out:
+                Path(args.out).write_text(json.dumps(results, indent=1))
         del model
     types = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     print("\nrel_err (gain) per layer type, mean over blocks")
