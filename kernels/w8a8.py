@@ -26,6 +26,7 @@ import triton.language as tl
 from compress.errors import CompressError
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from kernels import w8a8_gemm_tma
 from kernels._common import (check_activation, check_device, interpreting, num_sms, plan_split_k, splitk_buffers,
                              splitk_epilogue, tuned_config)
 
@@ -333,6 +334,11 @@ def _config(m: int) -> dict:
     tuned = tuned_config("w8a8", m)
     if tuned:
         return tuned
+    return _config_pointer_gemm(m)
+
+
+def _config_pointer_gemm(m: int) -> dict:
+    """Session 5's table (the GEMV and the pointer-load GEMM `_w8a8_kernel`), see `_config`."""
     if m <= 2:
         return {"kind": "gemv", "num_warps": 4, "pdl": 1}
     if m <= 16:
@@ -391,6 +397,12 @@ def _launch(x, weight, w_scale, config: dict | None = None) -> torch.Tensor:
     sw = w_scale.reshape(n)
     if cfg.get("kind") == "gemv" and m <= GEMV_TOKENS_MAX_M and weight.is_contiguous():
         return _launch_gemv(x2, weight, sw, out, cfg).reshape(*lead, n)
+    if cfg.get("kind") == "tma":
+        if w8a8_gemm_tma.supports(weight, n, k):
+            pdl = bool(cfg.get("pdl")) and not interpreting()
+            xq, sx = quantize_per_token(x2, early=pdl)
+            return w8a8_gemm_tma.launch(xq, sx, weight, sw, out, cfg, pdl=pdl).reshape(*lead, n)
+        cfg = _config_pointer_gemm(m)  # a weight TMA cannot take (strided, unaligned, pre-Hopper): the pointer GEMM
     fused = cfg.get("fused", m <= FUSED_QUANT_MAX_M)
     pdl = cfg.get("pdl", 0) if not fused and not interpreting() else 0
     if fused:
