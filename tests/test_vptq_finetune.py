@@ -58,9 +58,10 @@ def test_finetune_lowers_heldout_kl_and_keeps_indices(ids):
         assert all(torch.equal(b, books[0]) for b in books)
 
 
-def test_finetune_norms_learn_and_land_in_the_model(ids):
+def test_finetune_norms_learn_and_land_in_the_model_and_checkpoint(ids, tmp_path):
     from transformers import AutoModelForCausalLM
 
+    from compress.vptq import checkpoint as vptq_checkpoint
     from compress.vptq.finetune import _norm_parameters
 
     batches = [
@@ -86,3 +87,8 @@ def test_finetune_norms_learn_and_land_in_the_model(ids):
             plain_after = {n: p.detach().clone() for n, p in after.items()}
             assert any(not torch.equal(after[n], before[n]) for n in after)  # equalisation folded into them
     assert kls[True] < kls[False], kls
+    out = vptq_checkpoint.save(model, None, tmp_path / "ckpt", result, torch.float32, {"recipe": "test"})
+    loaded = _norm_parameters(vptq_checkpoint.load(out))
+    assert set(loaded) == set(after)
+    for n, p in after.items():  # the learned norms are what the checkpoint holds
+        assert torch.equal(loaded[n], p), n

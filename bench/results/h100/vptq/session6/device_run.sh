@@ -18,6 +18,9 @@ export PYTHONPATH=/tmp/site:$PWD TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 ARGS=()
 for a in "$@"; do ARGS+=(--arm "$a"); done
+# FINETUNE='steps=224,norms=1;steps=112': refinements from each arm's fit (diag_blocks.py --finetune), ';'-separated
+IFS=';' read -ra FTS <<< "${FINETUNE:-}"
+for f in "${FTS[@]}"; do ARGS+=(--finetune "$f"); done
 LEFT=$(( ${LIMIT:-500} - ($(date +%s) - START) ))
 echo "python limit ${LEFT} s"
 timeout $LEFT python bench/results/cpu/vptq_fit/diag_blocks.py --model $G --device cuda --data .data --calib 128x512 \
