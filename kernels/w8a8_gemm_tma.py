@@ -103,6 +103,7 @@ def _w8a8_tma_kernel(
 
 # TMA needs 16-byte aligned bases and row strides: K multiple of 16 (int8), checked by kernels.w8a8 already.
 TMA_ALIGN = 16
+MIN_SPLIT_STEPS = 4  # K steps per split at least (the pipeline's 3-4 stage prologue would dominate shorter ones)
 
 
 def supports(weight: torch.Tensor, n: int, k: int) -> bool:
@@ -115,7 +116,13 @@ def plan(m: int, n: int, k: int, cfg: dict, device: torch.device) -> tuple[int, 
     """(split, K per split, programs) for a config: split K only when the output tiles leave SMs idle."""
     tiles = triton.cdiv(m, cfg["BM"]) * triton.cdiv(n, cfg["BN"])
     k_steps = triton.cdiv(k, cfg["BK"])
-    split = cfg.get("split") or plan_split_k(tiles, k_steps, device, cfg.get("waves", 1.0))
+    split = cfg.get("split")
+    if not split and cfg.get("waves"):
+        split = plan_split_k(tiles, k_steps, device, cfg["waves"])
+    if not split:
+        # The most splits that still fit one wave (tiles x split <= SMs), each at least MIN_SPLIT_STEPS long: rounding
+        # up to fill the SMs (`waves` 1) left a second, partial wave (session 7 sweep, call 1: 192 units on 132 SMs).
+        split = max(1, min(num_sms(device) // tiles, k_steps // MIN_SPLIT_STEPS))
     per_steps = triton.cdiv(k_steps, split)
     split = triton.cdiv(k_steps, per_steps)  # no empty split
     progs = min(tiles * split, cfg.get("progs") or num_sms(device))
@@ -126,7 +133,7 @@ def launch(xq: torch.Tensor, sx: torch.Tensor, weight: torch.Tensor, sw: torch.T
            pdl: bool = False) -> torch.Tensor:
     """out (M, N) = (xq @ weight^T) * sx[:, None] * sw[None, :] for quantized xq (M, K) int8 with scales sx (M,)
     fp32 and the int8 weight (N, K) with scales sw (N,). cfg: BM, BN, BK, num_warps, num_stages, and optionally
-    ws (warp_specialize), swap, split / waves (split-K), progs (grid size). pdl: launched with programmatic
+    ws (warp_specialize), swap, split (K splits; default: fit one wave) / waves (split-K until `waves` programs per SM), progs (grid size). pdl: launched with programmatic
     dependent launch behind the quantizer (it must have been launched with early=True)."""
     m, k = xq.shape
     n = weight.shape[0]
