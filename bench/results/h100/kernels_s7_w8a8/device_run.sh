@@ -33,6 +33,8 @@ for stage in ${STAGES:-sweep tests}; do
       echo "rc $?"; tail -6 "$OUT/tests.log" | cut -c1-220 ;;
     table)
       echo "COMPRESS_KERNEL_CONFIGS=${COMPRESS_KERNEL_CONFIGS:-unset}"; cat "${COMPRESS_KERNEL_CONFIGS:-/dev/null}"
+      # TABLE_IF_TUNED=1: the table only when the sweep found a TMA winner (else it would repeat session 5's table)
+      [ -n "$TABLE_IF_TUNED" ] && [ -z "$COMPRESS_KERNEL_CONFIGS" ] && { echo "skip table: no tuned.json"; continue; }
       l=$(limit "${TABLE_S:-150}"); [ "$l" = 0 ] && { echo "skip table"; continue; }
       timeout "$l" python3 -m compress.bench.kernels --suite w8a8 ${TABLE_ARGS:-} --output "$OUT/kernels" > "$OUT/table.log" 2>&1
       echo "rc $?"; tail -14 "$OUT/table.log" | cut -c1-220
