@@ -85,7 +85,9 @@ def precompile(workers: int, limit_s: float) -> None:
 
 
 def compile_worker(index: int, workers: int) -> None:
-    todo = jobs()[index::workers]
+    # One worker per path (all its shapes): a config's specializations are compiled once, not by several workers.
+    names = list(dict.fromkeys(j[4] for j in jobs()))[index::workers]
+    todo = [j for j in jobs() if j[4] in names]
     weights: dict[tuple[int, int], tuple] = {}
     for m, _, n, k, _, cfg in todo:
         if (n, k) not in weights:
