@@ -61,12 +61,18 @@ def left() -> float:
     return LIMIT - (time.time() - T0)
 
 
+def chosen(m: int) -> dict[str, dict]:
+    """configs(m), or only those named in SWEEP_CONFIGS (comma-separated) when set."""
+    names = [v for v in os.environ.get("SWEEP_CONFIGS", "").split(",") if v]
+    return {k: v for k, v in configs(m).items() if not names or k in names}
+
+
 def jobs() -> list[tuple[int, str, int, int, str, dict]]:
     """(M, layer, N, K, path, config) of every checked and timed kernel call, in sweep order."""
     out = []
     for m in MS:
         old = _config_pointer_gemm(m)
-        paths = {"old": old, "pointer split1": dict(old, split=1, waves=None), **configs(m)}
+        paths = {"old": old, "pointer split1": dict(old, split=1, waves=None), **chosen(m)}
         out += [(m, name, n, k, p, c) for name, n, k in LLAMA_SHAPES for p, c in paths.items()]
     return out
 
@@ -183,7 +189,7 @@ def main(out_json: str | None) -> None:
         tmas = {p: v for p, v in medians.items() if p != "old"}
         if tmas and "old" in medians and max(tmas.values()) > medians["old"]:
             top = max(tmas, key=tmas.get)
-            winners[m] = configs(m)[top]
+            winners[m] = chosen(m)[top]
             print(f"M={m:5d} WINNER {top} x{tmas[top]:.3f} over old x{medians['old']:.3f}", flush=True)
     tuned = os.environ.get("TUNED_OUT")
     if tuned and winners:  # COMPRESS_KERNEL_CONFIGS format: {kernel: {M bucket: config}} (kernels._common.m_bucket)
