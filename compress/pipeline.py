@@ -177,6 +177,7 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunResult:
         "calibration": calib.record() if calib else None,
         "skipped_layers": skipped,
         "sparsity": sparse_stats or None,
+        "vptq": _vptq_record(vptq_meta) if vptq_meta is not None else None,
     }
     with atomic_folder(output, opts.force) as tmp:
         with phase("save checkpoint"):
@@ -345,6 +346,21 @@ def _run_vptq(model, recipe: Recipe, calib, progress: Progress):
     cfg = VPTQModifierConfig.model_validate(recipe.vptq.args)
     with progress.callback("VPTQ") as update:
         return apply_vptq(model, calib.samples, cfg, progress=update)
+
+
+def _vptq_record(result) -> dict:
+    """What the report says about a VPTQ stage: fit time, size, own-codebook layers, the distillation's
+    held-out KL (start, best, the step kept)."""
+    record = {
+        "fit_seconds": round(result.fit_seconds, 2),
+        "bits_per_weight": result.size_report()["bits_per_weight"],
+        "own_codebooks": sorted(n for n, st in result.stats.items() if st.get("own_codebook")),
+    }
+    if result.finetune:
+        f = result.finetune
+        record["finetune"] = {k: f[k] for k in ("steps", "lr", "batch_size", "train_windows", "heldout_windows",
+                                                 "train_norms", "heldout_kl_start", "heldout_kl_best", "best_step")}
+    return record
 
 
 def _add_sparse24(folder: Path, layers: list[str]) -> None:

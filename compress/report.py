@@ -91,6 +91,12 @@ def write_report(folder: Path, report: dict) -> None:
         )
     if report.get("skipped_layers"):
         lines.append(f"- left uncompressed (shape does not fit the scheme): {', '.join(report['skipped_layers'])}")
+    if report.get("vptq") and report["vptq"].get("finetune"):
+        f = report["vptq"]["finetune"]
+        lines.append(
+            f"- VPTQ distillation: {f['steps']} steps, held-out KL {f['heldout_kl_start']:.4f} -> {f['heldout_kl_best']:.4f}"
+            f" (kept step {f['best_step']}; norms {'learned' if f['train_norms'] else 'fixed'})"
+        )
     if report.get("sparsity"):
         s = report["sparsity"]
         lines.append(f"- sparsity {s['pattern']} on {len(s['layers'])} layers; weights refilled by later stages and re-zeroed: {s['refilled_by_later_stages']}")
