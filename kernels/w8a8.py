@@ -12,6 +12,8 @@ Kernels:
   bytes into L2 while the quantizer runs and waits (griddepcontrol.wait) before reading x.
 - `_w8a8_kernel` with QUANT_IN_KERNEL (config "fused": True): session 2's single-launch form (each program
   scans its rows for the absmax and quantizes tiles in registers), kept for the sweeps.
+- config kind "tma": kernels/w8a8_gemm_tma.py's TMA / persistent GEMM on the quantized x (opt-in; it lost to
+  `_w8a8_kernel` where measured, session 7) -- a weight TMA cannot describe falls back to `_w8a8_kernel`.
 torch._int_mm needs M > 16; these kernels take any M.
 
 Public: `w8a8_linear`, `quantize_per_token` (+ `*_ref` plain-torch twins).

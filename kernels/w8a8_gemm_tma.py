@@ -15,7 +15,13 @@ Tile order: the token tiles of one weight tile are consecutive tile ids, so prog
 the weight tile in L2 and the weights come from DRAM once. When the tiles are fewer than half the SMs, K is split
 (kernels._common's one-launch split-K reduction, the last program of a tile sums the partials in fixed order).
 
-Public: `launch(x2, weight, w_scale, out, cfg)` (called by kernels.w8a8 for configs with kind "tma"),
+Status (session 7, H100, bench/results/h100/kernels_s7_w8a8/README.md): opt-in only (a config with kind "tma",
+through COMPRESS_KERNEL_CONFIGS or `_launch(..., config)`); no M serves it by default. The one sweep that ran timed
+8B q/o at M = 256 (quantizer included): best TMA config 28.8 us, session 5's pointer GEMM 27.6 us, fp16 cuBLAS
+18.3 us. Every TMA config there ran with K split to >= 1 wave (before the one-wave rule below); the unsplit,
+warp-specialized form and the other shapes were not timed (no device time was left).
+
+Public: `launch(xq, sx, weight, sw, out, cfg)` (called by kernels.w8a8 for configs with kind "tma"), `plan`,
 `supports(weight, n, k)`.
 """
 
