@@ -20,7 +20,10 @@ tables below (bench/results/h100/kernels_s6/ab.py writes one); COMPRESS_W4A16_PD
 programmatic dependent launch (1) or, the default, the same with the weights read before the previous kernel is done (2: the weights must not be written by the kernel
 launched right before the GEMV; see the .cu header).
 
-Public: `w4a16_gemv` (launcher, registered as torch.ops.compress.w4a16_gemv), `supports`, `plan`, `build`.
+Public: `w4a16_gemv` (launcher, registered as torch.ops.compress.w4a16_gemv), `supports`, `plan`, `build`;
+`w4a16_gemv_silu_mul` / `w4a16_gemv_rms_norm` (session 7: the decode step's silu * up, or residual add + RMSNorm,
+done by the GEMV while it stages its activations, from a separate -DW4_XFORM=1 build; measured slower end to end on
+the H100, so the runtime offers them only when asked: COMPRESS_DECODE_W4_FUSE, bench/results/h100/e2e/session7/).
 The plain-torch reference of the same math is kernels.w4a16.w4a16_linear_ref.
 """
 
@@ -95,11 +98,13 @@ BALANCED: dict[tuple[int, int], dict[int, tuple[str, float]]] = {
     (28672, 4096): {16: ("w16b2s2", 1.0)},  # 8B fused gate_up
 }
 _RC = {-1: "M outside 1..16", -2: "group_size not 64/128", -3: "bad split-K plan",
-       -4: "shared memory over the device's per-block limit"}
+       -4: "shared memory over the device's per-block limit", -5: "fused input not aligned or K not a multiple of 8"}
+# Input transforms of `_launch` (the .cu's Args.xform): the decode step's glue folded into the GEMV's activation staging.
+XFORM = {None: 0, "silu_mul": 1, "rms_norm": 2}
 
 _lock = threading.Lock()
-_libs: dict[tuple[str, str], ctypes.CDLL] = {}
-_failed: dict[tuple[str, str], str] = {}
+_libs: dict[tuple[str, str, bool], ctypes.CDLL] = {}
+_failed: dict[tuple[str, str, bool], str] = {}
 _warned: list[bool] = []
 _workspace = cuda_build.SplitKWorkspace()
 
@@ -187,30 +192,34 @@ def default_config(m: int, n: int | None = None, k: int | None = None) -> tuple[
     return name, waves, cluster, balanced
 
 
-def compile_variant(arch_code: str, name: str) -> Path:
-    """Build (or find cached) the library of one variant for an architecture code such as "90a"."""
+def compile_variant(arch_code: str, name: str, xform: bool = False) -> Path:
+    """Build (or find cached) the library of one variant for an architecture code such as "90a". xform: the build with
+    the fused input transforms (-DW4_XFORM=1, a library of its own; without it the kernels are session 6's)."""
     warps, blocks, slots = VARIANTS[name]
-    return cuda_build.compile_library(SRC, name, [f"-DW4_WARPS={warps}", f"-DW4_SB={blocks}", f"-DW4_STAGES={slots}"], arch_code,
-                                      "w4a16 CUDA GEMV", "the Triton kernels serve instead")
+    flags = [f"-DW4_WARPS={warps}", f"-DW4_SB={blocks}", f"-DW4_STAGES={slots}"] + (["-DW4_XFORM=1"] if xform else [])
+    return cuda_build.compile_library(SRC, name + ("_xf" if xform else ""), flags, arch_code, "w4a16 CUDA GEMV",
+                                      "the Triton kernels serve instead")
 
 
-def build(device: torch.device, name: str | None = None) -> ctypes.CDLL:
-    """Compile (once per source / arch / variant, cached on disk) and load the library."""
+def build(device: torch.device, name: str | None = None, xform: bool = False) -> ctypes.CDLL:
+    """Compile (once per source / arch / variant / xform, cached on disk) and load the library."""
     name = name or default_config(1)[0]
-    key = (cuda_build.arch(device), name)
+    key = (cuda_build.arch(device), name, xform)
     with _lock:
         if key in _libs:
             return _libs[key]
         if key in _failed:
             raise CompressError(_failed[key])
         try:
-            so = ctypes.CDLL(str(compile_variant(key[0], name)))
+            so = ctypes.CDLL(str(compile_variant(key[0], name, xform)))
         except (CompressError, OSError) as e:
             _failed[key] = str(e)
             raise CompressError(str(e)) from None
         p, i = ctypes.c_void_p, ctypes.c_int
         so.w4a16_gemv.restype = i
         so.w4a16_gemv.argtypes = [p, i, p, p, p, p, p, p, i, i, i, i, i, i, i, i, p]
+        so.w4a16_gemv_x.restype = i
+        so.w4a16_gemv_x.argtypes = [p, i, p, p, p, p, p, p, i, i, i, i, i, i, i, i, p, i, p, p, p, ctypes.c_float]
         so.w4a16_gemv_rows_per_cta.restype = i
         so.w4a16_gemv_variant.restype = i
         so.w4a16_gemv_ctas_per_sm.restype = i
@@ -367,7 +376,7 @@ def plan_for(device: torch.device, lib: ctypes.CDLL, name: str, n: int, k: int, 
              balanced: bool = False) -> tuple[int, int, bool]:
     """`plan` (or `plan_balanced` when asked and it applies) with the CTAs resident per SM asked of the build's
     occupancy calculator (cached per call shape): (per, split or CTAs, balanced)."""
-    key = (device, name, n, k, m, group_size, asym, bf16, waves, min_blocks, cluster, balanced)
+    key = (device, getattr(lib, "_name", None), name, n, k, m, group_size, asym, bf16, waves, min_blocks, cluster, balanced)
     cap = MAX_CLUSTER if cluster else None
     if key in _plans:
         return _plans[key]
@@ -392,10 +401,16 @@ def plan_for(device: torch.device, lib: ctypes.CDLL, name: str, n: int, k: int, 
 
 def _launch(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None, group_size: int,
             name: str | None = None, waves: float | None = None, min_blocks: int | None = None,
-            pdl: int | None = None, cluster: bool | None = None, balanced: bool | None = None) -> torch.Tensor:
-    n, k = _check(x, qweight, scales, zeros, group_size)
+            pdl: int | None = None, cluster: bool | None = None, balanced: bool | None = None,
+            xform: str | None = None, y: torch.Tensor | None = None, norm_w: torch.Tensor | None = None,
+            eps: float = 0.0, s_out: torch.Tensor | None = None) -> torch.Tensor:
+    """The GEMV on x (M, K); xform "silu_mul": x is (M, 2K) = [gate | up]; "rms_norm": the activations are
+    rms_norm(x + y) * norm_w (y may be None), with x + y written into s_out (contiguous like x). A transform runs on
+    the -DW4_XFORM=1 build of the variant (`build(..., xform=True)`)."""
+    kx = x.shape[-1] // 2 if xform == "silu_mul" else x.shape[-1]
+    n, k = _check(x[..., :kx], qweight, scales, zeros, group_size)
     lead = x.shape[:-1]
-    x2 = x.reshape(-1, k).contiguous()  # (M, K)
+    x2 = x.reshape(-1, x.shape[-1]).contiguous()  # (M, K), or (M, 2K) for silu_mul
     m = x2.shape[0]
     out = torch.empty(m, n, device=x.device, dtype=x.dtype)
     if m == 0:
@@ -407,17 +422,19 @@ def _launch(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros:
     if cluster is None:
         env = cluster_mode()
         cluster = dcluster if env is None else env
-    lib = build(x.device, name)
+    lib = build(x.device, name, xform is not None)
     warps = VARIANTS[name][0]
     per, split, bal = plan_for(x.device, lib, name, n, k, m, group_size, zeros is not None, x.dtype == torch.bfloat16,
                                waves, min_blocks, cluster, balanced)
     flags = {0: 0, 1: 1, 2: 3}[pdl] | (8 if bal else (4 if cluster else 0))
     need = 2 * split * m * 16 * warps if bal else (split * m * n if split > 1 else 0)
     ws, cnt = _workspace.get(x.device, need, -(-n // (16 * warps)))
-    rc = lib.w4a16_gemv(
+    ptr = lambda t: None if t is None else t.data_ptr()  # noqa: E731
+    rc = lib.w4a16_gemv_x(
         x2.data_ptr(), int(x.dtype == torch.bfloat16), qweight.data_ptr(), scales.data_ptr(),
-        zeros.data_ptr() if zeros is not None else None, out.data_ptr(), ws.data_ptr(), cnt.data_ptr(), m, n, k,
-        x2.stride(0), group_size, per, split, flags, torch.cuda.current_stream(x.device).cuda_stream)
+        ptr(zeros), out.data_ptr(), ws.data_ptr(), cnt.data_ptr(), m, n, k,
+        x2.stride(0), group_size, per, split, flags, torch.cuda.current_stream(x.device).cuda_stream,
+        XFORM[xform], ptr(y), ptr(norm_w), ptr(s_out), float(eps))
     if rc != 0:
         raise CompressError(f"w4a16 CUDA GEMV: launch failed with code {rc} ({_RC.get(rc, 'CUDA error')}; M={m}, N={n}, "
                             f"K={k}, group {group_size}, per={per}, split={split}, balanced={bal}, variant {name})")
@@ -445,6 +462,50 @@ def w4a16_gemv(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zer
     _check(x, qweight, scales, zeros, group_size)  # here too: the custom op would wrap the error
     y = torch.ops.compress.w4a16_gemv(x, qweight, scales, zeros, group_size)
     return y + bias if bias is not None else y
+
+
+def w4a16_gemv_silu_mul(gu: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None = None,
+                        group_size: int = 128) -> torch.Tensor:
+    """y = (silu(gate) * up) @ W^T for gu = [gate | up] (..., 2K), <= 16 tokens: the MLP's down projection with the
+    elementwise step folded into the activation staging (silu in fp32, rounded once to gu's dtype, as the runtime's
+    glue). Reference: `silu_mul_ref` then kernels.w4a16.w4a16_linear_ref."""
+    if gu.shape[-1] % 2:
+        raise CompressError(f"w4a16_gemv_silu_mul: [gate | up] needs an even last dim, got {tuple(gu.shape)}")
+    return _launch(gu, qweight, scales, zeros, group_size, xform="silu_mul")
+
+
+def w4a16_gemv_rms_norm(x: torch.Tensor, y: torch.Tensor | None, norm_w: torch.Tensor, eps: float, qweight: torch.Tensor,
+                        scales: torch.Tensor, zeros: torch.Tensor | None = None,
+                        group_size: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
+    """(s, rms_norm(s) * norm_w @ W^T) with s = x + y (x when y is None) for (..., K) rows of one dtype, <= 16
+    tokens: the decode step's residual add + RMSNorm folded into the next projection (K a multiple of 8).
+    Reference: `add_rms_norm_ref` then kernels.w4a16.w4a16_linear_ref."""
+    k = x.shape[-1]
+    if norm_w.shape != (k,) or (y is not None and y.shape != x.shape) or k % 8:
+        raise CompressError(f"w4a16_gemv_rms_norm: x {tuple(x.shape)}, y {None if y is None else tuple(y.shape)}, "
+                            f"norm weight {tuple(norm_w.shape)} do not fit (same shapes, weight (K,), K % 8 == 0)")
+    if len({t.dtype for t in (x, y, norm_w) if t is not None}) != 1:
+        raise CompressError("w4a16_gemv_rms_norm: x, y and the norm weight must share one dtype; cast them first")
+    x2 = x.reshape(-1, k).contiguous()
+    y2 = None if y is None else y.reshape(-1, k).contiguous()
+    s = x2 if y2 is None else torch.empty_like(x2)
+    out = _launch(x2, qweight, scales, zeros, group_size, xform="rms_norm", y=y2, norm_w=norm_w.contiguous(), eps=eps,
+                  s_out=None if y2 is None else s)
+    return s.reshape(x.shape), out.reshape(*x.shape[:-1], -1)
+
+
+def silu_mul_ref(gu: torch.Tensor) -> torch.Tensor:
+    """silu(gate) * up in fp32, rounded once to gu's dtype (the fused staging's math)."""
+    g, u = gu.float().chunk(2, dim=-1)
+    return (torch.nn.functional.silu(g) * u).to(gu.dtype)
+
+
+def add_rms_norm_ref(x: torch.Tensor, y: torch.Tensor | None, w: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(s, h) = (x + y, rms_norm(s) * w) with transformers' rounding points (fastpath.add_rms_norm's math)."""
+    s = x if y is None else x + y
+    sf = s.float()
+    h = (sf * torch.rsqrt(sf.pow(2).mean(-1, keepdim=True) + eps)).to(s.dtype)
+    return s, (w.float() * h.float()).to(s.dtype)
 
 
 def planned(n: int, k: int, m: int, name: str | None = None, group_size: int = 128, asym: bool = False) -> str:

@@ -21,6 +21,7 @@ the weights and every Linear's math are exactly those of `model`; only the glue 
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 import torch
@@ -113,6 +114,39 @@ def _prequant_ok(mod) -> bool:
             and mod.in_features % 4 == 0 and mod.qweight.is_contiguous())
 
 
+def _w4_cuda_ok(mod, x2d: torch.Tensor) -> bool:
+    """A compress.int4 layer on its kernel backend whose CUDA GEMV (kernels/w4a16_cuda.py) can take x2d (M, K)."""
+    from compress.runtime import kernel_bridge as kb
+    from compress.runtime.formats_compress import CUDA_GEMV_MAX_M, Int4Linear
+
+    if not isinstance(mod, Int4Linear) or mod.backend != "kernel" or getattr(mod, "bias", None) is not None:
+        return False
+    if x2d.device.type != "cuda" or not 1 <= x2d.shape[0] <= CUDA_GEMV_MAX_M or x2d.dtype != mod.scales.dtype:
+        return False
+    if kb.unavailable(x2d.device, "w4a16_cuda", "w4a16_gemv_silu_mul", "w4a16_gemv_rms_norm") is not None:
+        return False
+    return kb.kernel_module("w4a16_cuda").supports(x2d, mod.qweight, mod.scales, mod.zeros, mod.group_size)
+
+
+# Session 7: the W4A16 decode step can fold silu * up into the down projection and the residual add + RMSNorm
+# into the q/k/v and gate/up projections (kernels/w4a16_cuda.py, "Fused inputs" in the .cu); where offered, the
+# path table measures each against the separate launches. COMPRESS_DECODE_W4_FUSE lists the folds offered ("silu",
+# "norm", "silu,norm"; "0" or "" none). Off by default: on the H100 the path table's single cold calls favour the
+# folds (e.g. down 471 -> 28 us), but in the CUDA-graph decode step, where the separate launches overlap their
+# neighbours (PDL), the extra staging work after each GEMV's dependency wait costs more: Llama-3-8B W4A16 TPOT
+# 2.551 / 2.551 ms without, 2.656 / 2.654 ms with both folds, same process (bench/results/h100/e2e/session7/).
+W4_FUSE_DEFAULT = "0"
+
+
+def w4_fusions() -> set[str]:
+    raw = os.environ.get("COMPRESS_DECODE_W4_FUSE", W4_FUSE_DEFAULT)
+    got = {f.strip() for f in raw.split(",") if f.strip() not in ("", "0")}
+    bad = got - {"silu", "norm"}
+    if bad:
+        raise CompressError(f"COMPRESS_DECODE_W4_FUSE={raw!r} names {sorted(bad)}; use a comma list of silu, norm, or 0")
+    return got
+
+
 def _triton_available() -> bool:
     try:
         import triton  # noqa: F401
@@ -183,6 +217,7 @@ class FastLM:
         self.pos = torch.zeros((), dtype=torch.long, device=self.device)  # tokens already in the cache
         self.rope_table = self._rope_table()
         self.fn = {name: globals()[name] for name in GLUE}
+        self.w4_fuse = w4_fusions()  # read once: an engine's graphs replay what it was built with
         if attn_kernel is None:
             attn_kernel = self.device.type == "cuda" and _triton_available()
         # One-token decode: norms quantize their output for W8A8 consumers (GPU, Triton).
@@ -245,21 +280,64 @@ class FastLM:
         return (q.reshape(b, t, self.n_heads, self.head_dim), k.reshape(b, t, self.n_kv, self.head_dim),
                 v.reshape(b, t, self.n_kv, self.head_dim))
 
-    def _qkv_flat(self, blk: _Block, h: torch.Tensor, hq=None):
-        """q (.., H*D), k and v (.., Hkv*D): views of the fused output, or the three layers' outputs."""
+    def _qkv_flat(self, blk: _Block, h: torch.Tensor, hq=None, pre: torch.Tensor | None = None):
+        """q (.., H*D), k and v (.., Hkv*D): views of the fused output, or the three layers' outputs.
+        pre: the fused projection's output already computed (by the GEMV that also did the norm)."""
         if blk.qkv is not None:
-            return self._proj(blk.qkv, h, hq).split([self.n_heads * self.head_dim, self.n_kv * self.head_dim,
+            return (self._proj(blk.qkv, h, hq) if pre is None else pre).split([self.n_heads * self.head_dim, self.n_kv * self.head_dim,
                                                      self.n_kv * self.head_dim], dim=-1)
         return linear(blk.q, h), linear(blk.k, h), linear(blk.v, h)
 
-    def _mlp(self, blk: _Block, h: torch.Tensor, hq=None) -> torch.Tensor:
-        if blk.gate_up is not None:
+    def _mlp(self, blk: _Block, h: torch.Tensor, hq=None, pre: torch.Tensor | None = None) -> torch.Tensor:
+        """pre: gate_up's output already computed (by the GEMV that also did the norm)."""
+        if pre is not None:
+            gu = pre
+        elif blk.gate_up is not None:
             gu = self._proj(blk.gate_up, h, hq)
         else:
             gu = torch.cat([linear(blk.gate, h), linear(blk.up, h)], dim=-1)
         if hq is not None and _prequant_ok(blk.down):
             return self._silu_down(blk.down, gu)
+        if "silu" in self.w4_fuse and _w4_cuda_ok(blk.down, gu.reshape(-1, gu.shape[-1])[:, : blk.down.in_features]):
+            return self._silu_down_w4(blk.down, gu)
         return silu_mul_linear(blk.down, gu, self.fn["silu_mul"])
+
+    def _silu_down_w4(self, mod: nn.Module, gu: torch.Tensor) -> torch.Tensor:
+        """mod(silu(gate) * up) for a W4A16 down projection: the glue's silu * up then the layer, or the CUDA GEMV
+        that forms silu * up while it stages its activations (one launch less per layer), whichever the path
+        table measures faster."""
+        from compress.runtime import kernel_bridge as kb
+
+        w4 = kb.kernel_module("w4a16_cuda")
+        rows = gu.numel() // gu.shape[-1]
+        cands = [("silu_mul+down", lambda: silu_mul_linear(mod, gu, self.fn["silu_mul"])),
+                 ("cuda_gemv_silu", lambda: w4.w4a16_gemv_silu_mul(gu, mod.qweight, mod.scales, mod.zeros,
+                                                                   mod.group_size))]
+        return TABLE.run(("w4a16_silu_down", mod.out_features, mod.in_features, rows, str(gu.dtype)), cands, gu.device)
+
+    def _add_norm_proj(self, x, y, w, mod, quant: bool = False):
+        """`_add_norm` -> (x + y, h, hq, None); or, at decode where `mod` (the projection that reads h) is a W4A16
+        layer whose CUDA GEMV can fold the residual add + RMSNorm into its activation staging and the path table
+        measures that faster: (x + y, None, None, mod(h)) with h never written."""
+        if quant or mod is None or y is None or "norm" not in self.w4_fuse or len({x.dtype, y.dtype, w.dtype}) != 1:
+            return (*self._add_norm(x, y, w, quant), None)
+        x2 = x.reshape(-1, x.shape[-1])
+        if x.shape[-1] % 8 or not _w4_cuda_ok(mod, x2):
+            return (*self._add_norm(x, y, w, quant), None)
+        from compress.runtime import kernel_bridge as kb
+
+        w4 = kb.kernel_module("w4a16_cuda")
+
+        def separate():
+            s, h, _ = self._add_norm(x, y, w)
+            return s, linear(mod, h)
+
+        def fused():
+            return w4.w4a16_gemv_rms_norm(x, y, w, self.eps, mod.qweight, mod.scales, mod.zeros, mod.group_size)
+
+        key = ("w4a16_norm_proj", mod.out_features, mod.in_features, x2.shape[0], str(x.dtype))
+        s, out = TABLE.run(key, [("add_rms_norm+proj", separate), ("cuda_gemv_norm", fused)], x.device)
+        return s, None, None, out
 
     def _silu_down(self, mod: nn.Module, gu: torch.Tensor) -> torch.Tensor:
         """mod(silu(gate) * up) at one token for a W8A8 down projection: silu * up + int8 quantization as
@@ -334,18 +412,24 @@ class FastLM:
             _, h, hq = self._add_norm(x, None, blk0.in_norm, quant=True)
         else:
             h, hq = self.fn["rms_norm"](x, blk0.in_norm, self.eps), None
+        # Decode (attend_raw): a W4A16 projection may take the residual add + RMSNorm into its GEMV
+        # (`_add_norm_proj`); its output then comes back as `pre` and h stays None.
+        fold = attend_raw is not None and rows <= 16
+        pre = None
         for i, blk in enumerate(self.blocks):
             if attend_raw is not None:
-                a = attend_raw(i, blk, h, hq)
+                a = attend_raw(i, blk, h, hq, pre)
             else:
                 q, k, v = self._qkv(blk, h, hq)
                 q, k = self._rope(blk, q, k, cos, sin)
                 a = attend(i, q, k, v)
-            x, h, hq = self._add_norm(x, linear(blk.o, a), blk.post_norm, quant=pq and _prequant_ok(blk.gate_up))
+            x, h, hq, pre = self._add_norm_proj(x, linear(blk.o, a), blk.post_norm, blk.gate_up if fold else None,
+                                                quant=pq and _prequant_ok(blk.gate_up))
             nxt_blk = self.blocks[i + 1] if i + 1 < len(self.blocks) else None
             nxt = nxt_blk.in_norm if nxt_blk is not None else self.final_norm
-            x, h, hq = self._add_norm(x, self._mlp(blk, h, hq), nxt,
-                                      quant=pq and nxt_blk is not None and _prequant_ok(nxt_blk.qkv))
+            x, h, hq, pre = self._add_norm_proj(x, self._mlp(blk, h, hq, pre), nxt,
+                                                nxt_blk.qkv if fold and nxt_blk is not None else None,
+                                                quant=pq and nxt_blk is not None and _prequant_ok(nxt_blk.qkv))
         return h  # the final norm's output
 
     # ---- public steps ---------------------------------------------------------------------------
@@ -393,8 +477,8 @@ class FastLM:
             c, s = cos.reshape(-1, self.head_dim)[0], sin.reshape(-1, self.head_dim)[0]  # (D,): one position
             b = tok.shape[0]
 
-            def attend_raw(i, blk, h, hq):
-                q, k, v = (t.reshape(b, -1) for t in self._qkv_flat(blk, h, hq))
+            def attend_raw(i, blk, h, hq, pre=None):
+                q, k, v = (t.reshape(b, -1) for t in self._qkv_flat(blk, h, hq, pre))
 
                 def kernel():
                     return self.attn(q, k, v, c, s, self.k_cache[i], self.v_cache[i], self.pos, self.scale, blk.q_norm,

@@ -59,6 +59,16 @@
 // then the weights, scales and zeros must not be written by the kernel launched right before this one (true of
 // a model's weights, written once at load). It triggers its dependents once its main loop is done, so the next
 // GEMV's setup (and early weight copies) overlap this one's split-K reduction.
+//
+// Fused inputs (session 7, Args.xform; the runtime's decode step of a W4A16 model, compress/runtime/fastpath.py):
+// the down projection can take [gate | up] and form silu(gate) * up while it stages its activations (xform 1), and
+// the q/k/v and gate/up projections can take the residual stream x and the block output y and form
+// rms_norm(x + y) * w themselves (xform 2: every CTA first reduces the whole row, CTA 0 writes x + y for the next
+// residual add). Each removes one launch per use (silu * up, the residual add + RMSNorm) from the decode step;
+// the per-CTA cost is the extra loads and math of the staging, after the dependency wait. Measured on the H100
+// (bench/results/h100/e2e/session7/): that cost is larger than the launches it removes -- Llama-3-8B W4A16 decode
+// TPOT 2.551 -> 2.654 ms with both folds -- so they are built only with -DW4_XFORM=1 (a separate library, opt-in);
+// without it this file compiles to the kernels of session 6.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -238,7 +248,34 @@ struct Args {
   int cluster;         // S > 1: the S CTAs of a row group form a cluster and reduce through shared memory
   int bal;             // balanced schedule: S CTAs share the R x kblocks (row group, block) units evenly
   int units;           // bal: R * kblocks
+#ifdef W4_XFORM
+  // Input transform (session 7; see "Fused inputs" in the header): 0 none; 1 x = [gate | up] (M, 2K) and the
+  // activations are silu(gate) * up; 2 the activations are rms_norm(x + y) * nw (y null: rms_norm(x) * nw) and
+  // CTA 0 writes x + y to s_out.
+  int xform;
+  const uint16_t* y;   // xform 2: (M, K) row stride ldx, or null
+  const uint16_t* nw;  // xform 2: norm weight (K)
+  uint16_t* s_out;     // xform 2 with y: x + y, (M, K) row stride ldx
+  float eps;           // xform 2
+#endif
 };
+
+#ifdef W4_XFORM
+// Fused inputs, one element (bits of T): the rounding points of the runtime's glue kernels.
+// silu(g) * u in fp32, rounded once (decode_kernels' Triton glue and the compiled fastpath.silu_mul).
+template <typename T> __device__ __forceinline__ uint32_t silu_mul_bits(uint32_t g, uint32_t u) {
+  const float gf = low_to_f32<T>(g), uf = low_to_f32<T>(u);
+  return to_bits<T>(gf / (1.f + expf(-gf)) * uf);
+}
+// x + y rounded to T (the residual add in the activation dtype).
+template <typename T> __device__ __forceinline__ uint32_t add_bits(uint32_t x, uint32_t y) {
+  return to_bits<T>(low_to_f32<T>(x) + low_to_f32<T>(y));
+}
+// transformers' LlamaRMSNorm: (s * r) rounded to T, times the weight, rounded to T.
+template <typename T> __device__ __forceinline__ uint32_t norm_bits(uint32_t s, float r, uint32_t w) {
+  return to_bits<T>(low_to_f32<T>(to_bits<T>(low_to_f32<T>(s) * r)) * low_to_f32<T>(w));
+}
+#endif
 
 // Balanced schedule (flag bit 3): the R x kblocks units (row group, 128-k block), row group major, are cut into S
 // contiguous runs of floor/ceil(units / S) blocks, CTA c taking units [c * units / S, (c + 1) * units / S). A
@@ -385,6 +422,62 @@ __global__ void __launch_bounds__(THREADS, 512 / THREADS) w4a16_gemv_kernel(cons
   // Everything below reads what the previous kernel may have written (x) or shares it (ws, counters).
   grid_dep_wait();
 
+#ifdef W4_XFORM
+  // ---- xform 2: 1 / rms of each token's row s = x + y (all K columns: every CTA reads the whole row, 8 KB per
+  // token at K = 4096, from L2; the staging below then finds its chunk in L1). CTA 0 also writes s.
+  __shared__ float rnorm[MAX_M];
+  __shared__ float rpart[WARPS][MAX_M];
+  if (a.xform == 2) {
+    const bool writer = blockIdx.x == 0 && blockIdx.y == 0 && a.y != nullptr;
+    for (int m = 0; m < a.M; ++m) {
+      const uint16_t* xr = a.x + (size_t)m * a.ldx;
+      const uint16_t* yr = a.y + (size_t)m * a.ldx;
+      float ss = 0.f;
+#pragma unroll 4
+      for (int k = threadIdx.x * 8; k < a.K; k += THREADS * 8) {  // K % 8 == 0, rows 16-byte aligned (launcher)
+        uint4 v = __ldg(reinterpret_cast<const uint4*>(xr + k));
+        if (a.y != nullptr) {
+          const uint4 w = __ldg(reinterpret_cast<const uint4*>(yr + k));
+          uint32_t* vv = reinterpret_cast<uint32_t*>(&v);
+          const uint32_t* ww = reinterpret_cast<const uint32_t*>(&w);
+#pragma unroll
+          for (int c = 0; c < 4; ++c) vv[c] = add_bits<T>(vv[c], ww[c]) | (add_bits<T>(vv[c] >> 16, ww[c] >> 16) << 16);
+          if (writer) *reinterpret_cast<uint4*>(a.s_out + (size_t)m * a.ldx + k) = v;
+        }
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const uint32_t e = word(v, c);
+          const float lo = low_to_f32<T>(e), hi = low_to_f32<T>(e >> 16);
+          ss = fmaf(lo, lo, ss);
+          ss = fmaf(hi, hi, ss);
+        }
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+      if (lane == 0) rpart[warp][m] = ss;
+    }
+    __syncthreads();
+    if (threadIdx.x < a.M) {
+      float tot = 0.f;
+#pragma unroll
+      for (int w = 0; w < WARPS; ++w) tot += rpart[w][threadIdx.x];
+      rnorm[threadIdx.x] = 1.f / sqrtf(tot / (float)a.K + a.eps);
+    }
+    __syncthreads();
+  }
+  // One activation (bits of T) of token m at column kk < K, after the input transform.
+  auto xelem = [&](int m, int kk) -> uint32_t {
+    const uint16_t* xr = a.x + (size_t)m * a.ldx;
+    if (a.xform == 1) return silu_mul_bits<T>(__ldg(xr + kk), __ldg(xr + a.K + kk));
+    if (a.xform == 2) {
+      const uint32_t xv = __ldg(xr + kk);
+      const uint32_t sv = a.y != nullptr ? add_bits<T>(xv, __ldg(a.y + (size_t)m * a.ldx + kk)) : xv;
+      return norm_bits<T>(sv, rnorm[m], __ldg(a.nw + kk));
+    }
+    return __ldg(xr + kk);
+  };
+#endif
+
   // ---- activations. One staging unit = (block lb, slice j, lane ln): x[k0 .. k0 + 3] and
   // x[k0 + 64 .. k0 + 67] of token ln / 4, k0 = 128 b + 16 j + 4 t, two 8-byte loads that fill slot j of the
   // lane's 4 pieces (q = 0..3). A thread issues the loads of BATCH units before storing any.
@@ -404,15 +497,23 @@ __global__ void __launch_bounds__(THREADS, 512 / THREADS) w4a16_gemv_kernel(cons
           const int lbk = rest >> 2;
           const int k0 = (!BAL || lbk < la ? blk0 + lbk : lbk - la) * 128 + 16 * (rest & 3) + 4 * (ln & 3);
           const uint16_t* xr = a.x + (size_t)(ln >> 2) * a.ldx + k0;
+#ifdef W4_XFORM
+          if (a.xform == 0 && xvec && k0 + 67 < a.K) {
+#else
           if (xvec && k0 + 67 < a.K) {
+#endif
             lo[r] = __ldg(reinterpret_cast<const uint2*>(xr));
             hi[r] = __ldg(reinterpret_cast<const uint2*>(xr + 64));
-          } else {  // the end of K (or an unaligned x): element by element
+          } else {  // the end of K, an unaligned x (or a fused input transform): element by element
             uint32_t e[8];
 #pragma unroll
             for (int q = 0; q < 8; ++q) {
               const int kk = k0 + (q & 3) + (q >> 2) * 64;
+#ifdef W4_XFORM
+              e[q] = kk < a.K ? xelem(ln >> 2, kk) : 0u;
+#else
               e[q] = kk < a.K ? (uint32_t)__ldg(xr + (q & 3) + (q >> 2) * 64) : 0u;
+#endif
             }
             lo[r] = make_uint2(e[0] | (e[1] << 16), e[2] | (e[3] << 16));
             hi[r] = make_uint2(e[4] | (e[5] << 16), e[6] | (e[7] << 16));
@@ -814,9 +915,24 @@ int w4a16_gemv_ctas_per_sm(int per, int M, int group, int asym, int bf16, int ba
 // a thread-block cluster when 1 < S <= 8 (ws and counters unused then); bit 3 = balanced schedule (Args.bal):
 // S CTAs over the ceil(N / rows_per_cta) x kblocks units, per >= ceil(units / S) and per <= kblocks, ws >=
 // 2 * S * M * rows_per_cta floats (bit 2 ignored).
-int w4a16_gemv(const void* x, int x_is_bf16, const void* q, const void* s, const void* z, void* out, float* ws,
-               int* counters, int M, int N, int K, int ldx, int group, int per, int S, int flags, void* stream_) {
+// w4a16_gemv_x: the same with an input transform (Args.xform; -5 unless built with -DW4_XFORM=1): 1 = x holds
+// [gate | up] (M, 2K), row stride ldx >= 2K, and the activations are silu(gate) * up; 2 = the activations are
+// rms_norm(x + y) * nw with eps (y may be null: rms_norm(x) * nw), x + y written to s_out (same row stride ldx);
+// x, y, s_out 16-byte aligned, K and ldx multiples of 8 (else -5).
+int w4a16_gemv_x(const void* x, int x_is_bf16, const void* q, const void* s, const void* z, void* out, float* ws,
+                 int* counters, int M, int N, int K, int ldx, int group, int per, int S, int flags, void* stream_,
+                 int xform, const void* y, const void* nw, void* s_out, float eps) {
   if (M < 1 || M > MAX_M) return -1;
+#ifndef W4_XFORM
+  if (xform != 0) return -5;  // this library was built without the fused inputs
+#endif
+  if (xform < 0 || xform > 2) return -5;
+  if (xform == 1 && ldx < 2 * K) return -5;
+  if (xform == 2) {
+    const uintptr_t al = reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(y) |
+                         reinterpret_cast<uintptr_t>(s_out);
+    if ((al & 15) || (K & 7) || (ldx & 7) || nw == nullptr || (y != nullptr && s_out == nullptr)) return -5;
+  }
   if (group != 64 && group != 128) return -2;
   const int kblocks = (K + 127) / 128;
   const bool bal = (flags & 8) != 0;
@@ -853,10 +969,23 @@ int w4a16_gemv(const void* x, int x_is_bf16, const void* q, const void* s, const
   a.cluster = !bal && (flags & 4) != 0 && S > 1 && S <= MAX_CLUSTER;
   a.bal = bal;
   a.units = (int)units;
+#ifdef W4_XFORM
+  a.xform = xform;
+  a.y = static_cast<const uint16_t*>(y);
+  a.nw = static_cast<const uint16_t*>(nw);
+  a.s_out = static_cast<uint16_t*>(s_out);
+  a.eps = eps;
+#endif
   if (x_is_bf16) {
     return M > 8 ? by_variant<__nv_bfloat16, 2>(a, asym, g64, pdl, stream) : by_variant<__nv_bfloat16, 1>(a, asym, g64, pdl, stream);
   }
   return M > 8 ? by_variant<__half, 2>(a, asym, g64, pdl, stream) : by_variant<__half, 1>(a, asym, g64, pdl, stream);
+}
+
+int w4a16_gemv(const void* x, int x_is_bf16, const void* q, const void* s, const void* z, void* out, float* ws,
+               int* counters, int M, int N, int K, int ldx, int group, int per, int S, int flags, void* stream_) {
+  return w4a16_gemv_x(x, x_is_bf16, q, s, z, out, ws, counters, M, N, K, ldx, group, per, S, flags, stream_, 0,
+                      nullptr, nullptr, nullptr, 0.f);
 }
 
 }  // extern "C"
