@@ -215,8 +215,14 @@ def test_new_int8_kernels_compile_for_the_h100():
 def test_w8a8_chained_calls_in_a_cuda_graph_gpu(m, cfg):
     # Calls back to back in one graph, each on the previous call's output (as layers of a model): with "chain"
     # every quantizer may start while the previous GEMM runs and must wait for it before reading its output.
+    check_chained_in_a_cuda_graph(m, cfg, depth=4)
+
+
+def check_chained_in_a_cuda_graph(m: int, cfg: dict, depth: int) -> None:
+    """`depth` 4096 x 4096 W8A8 layers back to back in one CUDA graph, each on the previous output; every replay
+    gets fresh activations and every layer's output must match the reference on its actual input."""
     n = k = 4096
-    layers = [make_w8a8(n, k, DEVICE, seed=i) for i in range(4)]
+    layers = [make_w8a8(n, k, DEVICE, seed=i) for i in range(depth)]
     x = torch.randn(m, k, device=DEVICE).half()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):

@@ -9,6 +9,8 @@ import torch
 from kernels.cases import LLAMA_SHAPES, TEST_SHAPES_W8A8, make_w8a8
 from kernels.w8a8 import _config, _launch, w8a8_linear, w8a8_linear_ref
 
+from tests.test_kernels_w8a8 import check_chained_in_a_cuda_graph
+
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 TOL = {torch.float16: 3e-3, torch.bfloat16: 1.2e-2}
 POINTER = {"BM": 16, "BN": 16, "BK": 32, "num_warps": 4, "fused": False, "split": 1}  # session 5's GEMM, no split-K
@@ -127,21 +129,7 @@ def test_tma_default_real_shapes_gpu(name, n, k, m, dtype):
                                  dict(CONFIGS["swap"], BM=64, BN=128, BK=128, ws=True)], ids=["ws-pdl", "split-pdl", "swap"])
 def test_tma_gemm_in_a_cuda_graph_gpu(cfg):
     # Layers back to back in one graph (PDL: each GEMM waits for its quantizer), fresh activations per replay.
-    n = k = 4096
-    m = 200
-    layers = [make_w8a8(n, k, DEVICE, seed=i) for i in range(3)]
-    x = torch.randn(m, k, device=DEVICE).half()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        outs = [x]
-        for wq, ws in layers:
-            outs.append(_launch(outs[-1], wq, ws, cfg))
-    for _ in range(3):
-        x.copy_(torch.randn_like(x))
-        g.replay()
-        torch.cuda.synchronize()
-        for i, (wq, ws) in enumerate(layers):
-            assert rel_err(outs[i + 1], w8a8_linear_ref(outs[i], wq, ws)) < 3e-3
+    check_chained_in_a_cuda_graph(200, cfg, depth=3)
 
 
 def test_config_kinds_are_known():
