@@ -160,8 +160,8 @@ def inspect(
         typer.echo(json.dumps(info, indent=2))
         return
     rows = [
-        {"layer": l["layer"], "format": l["format"], "bits": f"{l['bits']:g}", "group": l["group_size"], "sparsity": l["sparsity"],
-         "shape": "x".join(map(str, l["shape"])), "bytes": human_bytes(l["bytes"])}
+        {"layer": l["layer"], "format": l["format"], "bits": f"{l['bits']:g}" if isinstance(l["bits"], (int, float)) else l["bits"],
+         "group": l["group_size"], "sparsity": l["sparsity"], "shape": "x".join(map(str, l["shape"])) or "-", "bytes": human_bytes(l["bytes"])}
         for l in info["layers"]
     ]
     if rows:

@@ -40,6 +40,12 @@ def test_distilled_vptq_recipe_runs_and_its_checkpoint_scores_what_the_run_said(
     assert abs(evaluated - report["ppl_after"]["ppl"]) / evaluated < 1e-3, (evaluated, report["ppl_after"])
     config = json.loads((out / "config.json").read_text())
     assert config["quantization_config"]["format"] == "compress.vptq"
+    # inspect counts what the fit counts: indices, row scales and every codebook once (shared ones included)
+    i = runner.invoke(app, ["inspect", str(out), "--json"])
+    assert i.exit_code == 0, i.output
+    bits = json.loads(i.stdout)["totals"]["linear_bits_per_weight"]
+    assert bits == round(config["quantization_config"]["size"]["bits_per_weight"], 4) == report["bits_per_weight"]
+    assert runner.invoke(app, ["inspect", str(out)]).exit_code == 0  # the table renders the shared-codebook row
     ft = json.loads((out / "report.json").read_text())["vptq"]["finetune"]
     assert ft["steps"] == 8 and ft["train_norms"] and ft["heldout_kl_best"] <= ft["heldout_kl_start"]
     assert "VPTQ distillation: 8 steps" in (out / "report.md").read_text()
