@@ -9,7 +9,7 @@ import torch
 from kernels.cases import LLAMA_SHAPES, TEST_SHAPES_W8A8, make_w8a8
 from kernels.w8a8 import _config, _launch, w8a8_linear, w8a8_linear_ref
 
-from tests.test_kernels_w8a8 import check_chained_in_a_cuda_graph
+from tests.test_kernels_w8a8 import check_chained_in_a_cuda_graph, compile_for_the_h100
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 TOL = {torch.float16: 3e-3, torch.bfloat16: 1.2e-2}
@@ -97,15 +97,7 @@ def test_tma_gemm_compiles_to_wgmma_and_tma_for_the_h100():
     """The interpreter accepts code the GPU compiler rejects: compile the warp-specialized, swapped and split-K
     variants for sm_90 here, without a GPU, and check they use the tensor cores (wgmma), the bulk tensor copy
     engine, and (warp-specialized) per-role register budgets."""
-    import os
-    import subprocess
-    import sys
-
-    env = {**os.environ, "TRITON_INTERPRET": "0"}
-    r = subprocess.run([sys.executable, "-c", _AOT], capture_output=True, text=True, env=env, timeout=300)
-    if "ptxas" in r.stderr and "not found" in r.stderr.lower():
-        pytest.skip("this Triton install has no ptxas")
-    assert r.returncode == 0 and "compiled 3" in r.stdout, r.stderr[-2000:]
+    compile_for_the_h100(_AOT, "compiled 3")
 
 
 @pytest.mark.gpu
