@@ -15,18 +15,13 @@ from kernels import w4a16_cuda
 from kernels.cases import make_int4
 from kernels.w4a16 import w4a16_linear_ref
 
-from tests.test_w4a16_cuda import _same_bytes_with_pdl_and_graphs
+from tests.test_w4a16_cuda import _same_bytes_with_pdl_and_graphs, rel_err
 
 CUDA = torch.cuda.is_available()
 gpu = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU (the kernel is CUDA C++)")
 TOL = {torch.float16: 2e-3, torch.bfloat16: 1e-2}
 # (N, K): partial CTAs, K = 64 * odd (the staging's element-by-element end of K), Llama-3-8B down / qkv shapes.
 SHAPES = [(40, 256), (257, 320), (4096, 14336), (6144, 4096)]
-
-
-def rel_err(a, b):
-    assert torch.isfinite(a).all()
-    return ((a.float() - b.float()).norm() / b.float().norm()).item()
 
 
 def _x(m, k, dtype, seed, scale=1.0):

@@ -9,10 +9,8 @@ import torch
 from kernels.cases import LLAMA_SHAPES, TEST_SHAPES_W8A8, make_w8a8
 from kernels.w8a8 import _config, _launch, w8a8_linear, w8a8_linear_ref
 
-from tests.test_kernels_w8a8 import check_chained_in_a_cuda_graph, compile_for_the_h100
+from tests.test_kernels_w8a8 import DEVICE, TOL, check_chained_in_a_cuda_graph, compile_for_the_h100, rel_err
 
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-TOL = {torch.float16: 3e-3, torch.bfloat16: 1.2e-2}
 POINTER = {"BM": 16, "BN": 16, "BK": 32, "num_warps": 4, "fused": False, "split": 1}  # session 5's GEMM, no split-K
 CONFIGS = {
     "plain": {"kind": "tma", "BM": 16, "BN": 16, "BK": 32},
@@ -21,11 +19,6 @@ CONFIGS = {
     "swap-split": {"kind": "tma", "BM": 16, "BN": 16, "BK": 32, "split": 3, "swap": True},
 }
 SHAPES = TEST_SHAPES_W8A8 + [(33, 72, 96)]  # odd M and N, K not a multiple of BK, N below one tile
-
-
-def rel_err(a, b):
-    assert torch.isfinite(a).all()
-    return ((a.float() - b.float()).norm() / b.float().norm()).item()
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))

@@ -319,10 +319,9 @@ class FastLM:
         """`_add_norm` -> (x + y, h, hq, None); or, at decode where `mod` (the projection that reads h) is a W4A16
         layer whose CUDA GEMV can fold the residual add + RMSNorm into its activation staging and the path table
         measures that faster: (x + y, None, None, mod(h)) with h never written."""
-        if quant or mod is None or y is None or "norm" not in self.w4_fuse or len({x.dtype, y.dtype, w.dtype}) != 1:
-            return (*self._add_norm(x, y, w, quant), None)
         x2 = x.reshape(-1, x.shape[-1])
-        if x.shape[-1] % 8 or not _w4_cuda_ok(mod, x2):
+        if (quant or mod is None or y is None or "norm" not in self.w4_fuse or len({x.dtype, y.dtype, w.dtype}) != 1
+                or x.shape[-1] % 8 or not _w4_cuda_ok(mod, x2)):
             return (*self._add_norm(x, y, w, quant), None)
         from compress.runtime import kernel_bridge as kb
 

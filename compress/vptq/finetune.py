@@ -289,6 +289,7 @@ def finetune_codebooks(
         if vq.scale is not None:
             kw["scale"] = best_state[f"log_scale:{layer.name}"].exp().half()
         out[layer.name] = replace(vq, **kw)
-    report = {"steps": steps, "lr": lr, "train_norms": bool(norms), "norm_parameters": len(norms), "batch_size": batch_size, "train_windows": len(train), "heldout_windows": len(held),
-              "heldout_kl_start": history[0]["heldout_kl"], "heldout_kl_best": best, "best_step": best_step, "history": history}
+    report = {"steps": steps, "lr": lr, "train_norms": bool(norms), "norm_parameters": len(norms), "batch_size": batch_size,
+              "train_windows": len(train), "heldout_windows": len(held), "heldout_kl_start": history[0]["heldout_kl"],
+              "heldout_kl_best": best, "best_step": best_step, "history": history}
     return out, report
