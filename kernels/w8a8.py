@@ -130,7 +130,8 @@ def _w8a8_kernel(
                                      # of each weight row into L2, then wait for the quantization kernel
     M_FAST: tl.constexpr = False,  # grid (m tiles, n tiles, split): the token tiles of one weight tile run side by
                                    # side, so its weights come from DRAM once and from L2 for the other token tiles
-    CHAIN: tl.constexpr = False,  # let a kernel launched after this one with PDL start early (config "chain")
+    CHAIN: tl.constexpr = 0,  # let a kernel launched after this one with PDL start early (config "chain"): 1 at this
+                              # program's start, 2 ("late") once its K loop is done (only the epilogue is left)
 ):
     if M_FAST:
         pid_m = tl.program_id(0)
@@ -144,10 +145,11 @@ def _w8a8_kernel(
     offs_m = pid_m * BM + tl.arange(0, BM)
     m_mask = offs_m < M
     offs_k = tl.arange(0, BK)
-    if CHAIN:
+    if CHAIN == 1:
         gdc_launch_dependents()  # the next call's quantizer (chain) may launch now; it waits for this grid
     if PDL_PREFETCH > 0:
-        # The weights do not depend on the previous kernel: start streaming them into L2 while it runs.
+        # The weights do not depend on the previous kernel (the quantizer, or with QUANT_IN_KERNEL whatever wrote x):
+        # start streaming them into L2 while it runs.
         lines = tl.minimum(pid_s * K_PER_SPLIT + tl.arange(0, PDL_PREFETCH // 128) * 128, K - 1)
         pf = w_ptr + tl.minimum(offs_n, N - 1)[:, None] * stride_wn + lines[None, :]  # clamped: never past the weight
         tl.inline_asm_elementwise("prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [pf], dtype=tl.int32, is_pure=False,
@@ -170,6 +172,8 @@ def _w8a8_kernel(
         if QUANT_IN_KERNEL:
             xt = _quantize_tile(xt, sx[None, :])
         acc = tl.dot(w, xt, acc, out_dtype=tl.int32)  # (BN, BK) @ (BK, BM)
+    if CHAIN == 2:
+        gdc_launch_dependents()  # every weight byte is read: the next call's quantizer may launch (it waits for us)
 
     sw = tl.load(sw_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)
     out = acc.to(tl.float32) * sw[:, None] * sx[None, :]
@@ -216,15 +220,40 @@ def _sbyte(w, i: tl.constexpr):
 
 
 @triton.jit
+def _token_words(x_ptr, offs_t, t_mask, ww, stride_x, KW, inv_sx):
+    """int32 words (MT, BW) of the int8 codes of tokens offs_t at words ww, quantized here from the fp16/bf16
+    activations (4 values per word, byte i = element 4w + i) with the tokens' exact reciprocal scales inv_sx (MT,)
+    fp64: `_int8_codes`, so the codes are `quantize_per_token`'s bit for bit."""
+    byte = tl.arange(0, 4)
+    v = tl.load(x_ptr + offs_t[:, None, None] * stride_x + (ww[None, :, None] * 4 + byte[None, None, :]),
+                mask=t_mask[:, None, None] & (ww < KW)[None, :, None], other=0.0).to(tl.float32)
+    q = _int8_codes(v, inv_sx[:, None, None]).to(tl.int32)
+    return tl.sum((q & 0xFF) << (byte * 8)[None, None, :], axis=2)  # 4 int8 -> one word (disjoint bits: no carries)
+
+
+@triton.jit
+def _token_scales(x_ptr, offs_t, t_mask, offs_w, stride_x, KW, BW: tl.constexpr, EPS: tl.constexpr):
+    """Per-token scales s_x (MT,) fp32 of the fp16/bf16 rows: max(absmax, EPS) / 127, as `quantize_per_token`."""
+    byte = tl.arange(0, 4)
+    amax = tl.zeros([offs_t.shape[0], BW, 4], tl.float32)
+    for w0 in range(0, KW, BW):
+        ww = w0 + offs_w
+        v = tl.load(x_ptr + offs_t[:, None, None] * stride_x + (ww[None, :, None] * 4 + byte[None, None, :]),
+                    mask=t_mask[:, None, None] & (ww < KW)[None, :, None], other=0.0)
+        amax = tl.maximum(amax, tl.abs(v.to(tl.float32)))
+    return tl.math.div_rn(tl.maximum(tl.max(tl.max(amax, axis=2), axis=1), EPS), 127.0)
+
+
+@triton.jit
 def _gemv_tokens_kernel(
-    xq_ptr,  # (M, K/4) int32 view of the int8 activations (quantize_per_token)
-    sx_ptr,  # (M,) fp32 token scales
+    xq_ptr,  # (M, K/4) int32 view of the int8 activations (quantize_per_token); X_FLOAT: the (M, K) fp16/bf16 x
+    sx_ptr,  # (M,) fp32 token scales (unused with X_FLOAT)
     w_ptr,  # (N, K/4) int32 view of the int8 weights
     sw_ptr,  # (N,) channel scales
     out_ptr,  # (M, N)
     M,
     N,
-    stride_xw,  # x row stride in int32 words
+    stride_xw,  # x row stride in elements of xq_ptr (int32 words; X_FLOAT: fp16/bf16 values)
     stride_om,
     KW,  # K / 4 (a multiple of 4: K is one of 16)
     MT: tl.constexpr,  # tokens per program, a power of two >= M
@@ -232,15 +261,21 @@ def _gemv_tokens_kernel(
     BW: tl.constexpr,  # words of K per step
     USE_ASM: tl.constexpr,
     PDL: tl.constexpr,
-    CHAIN: tl.constexpr = False,
+    CHAIN: tl.constexpr = 0,
+    X_FLOAT: tl.constexpr = False,
+    EPS: tl.constexpr = 1e-8,
 ):
     """Few-token int8 GEMV (dp4a): y[m, n] = (sum_k q_x[m, k] w[n, k]) * s_w[n] * s_x[m] for all M tokens of the
     call in one program per BN output rows, no split-K. Each weight word is read once from DRAM and multiplied
     with the M tokens' words in registers (a (BN, MT, BW) int32 accumulator). The weight tiles are double-buffered:
     tile i + 1 is in flight while tile i is summed, and the first two are requested before `gdc_wait` (PDL: they
-    stream in while the activation quantizer runs; weights are never written by it)."""
+    stream in while the kernel before runs; weights are never written by it).
+    X_FLOAT (config "xf"): no quantizer launch: every program reads the M fp16/bf16 rows from L2 for their absmax,
+    then quantizes each step's x words in registers (the runtime's one-token `gemv_i8` does this and streams
+    ~2.85 TB/s on the H100, session 5). CHAIN: 1 lets a kernel launched after this one with PDL start at once
+    (it prefetches its weights, then waits for this grid), 2 only once this program's weights are all read."""
     pid = tl.program_id(0)
-    if CHAIN:
+    if CHAIN == 1:
         gdc_launch_dependents()
     offs_n = pid * BN + tl.arange(0, BN)
     n_mask = offs_n < N
@@ -255,11 +290,20 @@ def _gemv_tokens_kernel(
                      eviction_policy="evict_first")
     if PDL:
         gdc_wait()
+    if X_FLOAT:
+        sx = _token_scales(xq_ptr, offs_t, t_mask, offs_w, stride_xw, KW, BW, EPS)  # (MT,)
+        inv_sx = 1.0 / sx.to(tl.float64)
+    else:
+        sx = tl.load(sx_ptr + offs_t, mask=t_mask, other=0.0)
+        inv_sx = sx.to(tl.float64)  # unused
     xrow = xq_ptr + offs_t[None, :, None] * stride_xw  # (1, MT, 1)
     acc = tl.zeros([BN, MT, BW], tl.int32)
     for w0 in range(0, KW, BW):
         ww = w0 + offs_w
-        x = tl.load(xrow + ww[None, None, :], mask=t_mask[None, :, None] & (ww < KW)[None, None, :], other=0)
+        if X_FLOAT:
+            x = _token_words(xq_ptr, offs_t, t_mask, ww, stride_xw, KW, inv_sx)[None, :, :]  # (1, MT, BW)
+        else:
+            x = tl.load(xrow + ww[None, None, :], mask=t_mask[None, :, None] & (ww < KW)[None, None, :], other=0)
         wb = tl.broadcast_to(w, [BN, MT, BW])
         xb = tl.broadcast_to(x, [BN, MT, BW])
         if USE_ASM:
@@ -271,9 +315,10 @@ def _gemv_tokens_kernel(
         nxt = ww + 2 * BW
         w_next = tl.load(rows + nxt[None, None, :], mask=n_mask[:, None, None] & (nxt < KW)[None, None, :], other=0,
                          eviction_policy="evict_first")
+    if CHAIN == 2:
+        gdc_launch_dependents()
     tot = tl.sum(acc, axis=2)  # (BN, MT) exact int32
     sw = tl.load(sw_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)
-    sx = tl.load(sx_ptr + offs_t, mask=t_mask, other=0.0)
     y = tot.to(tl.float32) * sw[:, None] * sx[None, :]  # the GEMM kernel's order: acc * s_w * s_x
     tl.store(out_ptr + offs_t[None, :] * stride_om + offs_n[:, None], y.to(out_ptr.dtype.element_ty),
              mask=n_mask[:, None] & t_mask[None, :])
@@ -332,8 +377,11 @@ def _config(m: int) -> dict:
     winners of session 5's H100 sweep under rotating timing (`python -m compress.bench.kernel_tune --final w8a8`,
     bench/results/h100/kernels_s5/: median speedup over fp16 on the 8 Llama-3 shapes: M = 2 few-token GEMV 1.79x
     (GEMM 1.60x); M = 8 and 16 GEMM with one wave 1.60x (the two-wave tiles before: 1.41x); M = 256 64x128 tiles,
-    token tiles side by side 0.94x (before 0.86x)). 17..64: session 3's sweep (bench/results/h100/kernels/tuned.json)."""
-    tuned = tuned_config("w8a8", m)
+    token tiles side by side 0.94x (before 0.86x)). 17..64: session 3's sweep (bench/results/h100/kernels/tuned.json).
+    COMPRESS_KERNEL_CONFIGS (kernels._common.tuned_config) overrides it per M bucket under the key "w8a8", or for
+    one M under "w8a8@<M>" ({"w8a8@4": {"16": config}}: the M buckets 2..16 share one entry, the W8A8 sweeps pick
+    per M)."""
+    tuned = tuned_config(f"w8a8@{m}", m) or tuned_config("w8a8", m)  # an exact-M entry first (see below)
     if tuned:
         return tuned
     return _config_pointer_gemm(m)
@@ -362,13 +410,25 @@ def _gemv_rows(n: int, device: torch.device, cap: int = 16) -> int:
     return bn
 
 
+def _chain(cfg: dict) -> int:
+    """Config "chain" -> the kernels' CHAIN: 0 off, 1 (True/1) at the start, 2 ("late") after the weight loop."""
+    c = cfg.get("chain", 0)
+    return 2 if c == "late" else int(bool(c))
+
+
 def _launch_gemv(x2, weight, sw, out, cfg: dict) -> torch.Tensor:
-    """x quantized once (`quantize_per_token`, letting the GEMV start early under PDL), then `_gemv_tokens_kernel`."""
+    """`_gemv_tokens_kernel` on x quantized once (`quantize_per_token`, letting the GEMV start early under PDL), or
+    with "xf" on the fp16/bf16 x itself (one launch: every program quantizes the tokens it needs)."""
     m, k = x2.shape
     n = weight.shape[0]
     pdl = bool(cfg.get("pdl", 0)) and not interpreting()
-    chain = pdl and bool(cfg.get("chain"))
-    xq, sx = quantize_per_token(x2, early=pdl, chain=chain)
+    chain = _chain(cfg) if pdl else 0
+    xf = bool(cfg.get("xf"))
+    if xf:
+        xin, sx, stride = x2, sw, x2.stride(0)  # sx_ptr unused
+    else:
+        xq, sx = quantize_per_token(x2, early=pdl, chain=chain > 0)
+        xin, stride = xq.view(torch.int32), xq.stride(0) // 4
     kw = k // 4
     mt = triton.next_power_of_2(m)
     warps = cfg.get("num_warps", 4)
@@ -377,9 +437,9 @@ def _launch_gemv(x2, weight, sw, out, cfg: dict) -> torch.Tensor:
     # at 4 warps in the sm_90 build, where MT = 8 with 128 words spilled nothing but took 227 and MT = 16 spilled).
     bw = cfg.get("BW") or max(16, cfg.get("acc", 32) * 32 * warps // (bn * mt))
     _gemv_tokens_kernel[(triton.cdiv(n, bn),)](
-        xq.view(torch.int32), sx, weight.view(torch.int32), sw, out, m, n, xq.stride(0) // 4, out.stride(0), kw,
+        xin, sx, weight.view(torch.int32), sw, out, m, n, stride, out.stride(0), kw,
         MT=mt, BN=bn, BW=min(triton.next_power_of_2(bw), triton.next_power_of_2(kw)), USE_ASM=not interpreting(),
-        PDL=pdl, CHAIN=chain, num_warps=warps, **({"launch_pdl": True} if pdl else {}))
+        PDL=pdl, CHAIN=chain, X_FLOAT=xf, EPS=ACT_EPS, num_warps=warps, **({"launch_pdl": True} if pdl else {}))
     return out
 
 
@@ -405,28 +465,39 @@ def _launch(x, weight, w_scale, config: dict | None = None) -> torch.Tensor:
             xq, sx = quantize_per_token(x2, early=pdl)
             return w8a8_gemm_tma.launch(xq, sx, weight, sw, out, cfg, pdl=pdl).reshape(*lead, n)
         cfg = _config_pointer_gemm(m)  # a weight TMA cannot take (strided, unaligned, pre-Hopper): the pointer GEMM
+    if "BK" not in cfg:  # a gemv config above GEMV_TOKENS_MAX_M tokens or on a strided weight: the GEMM's table
+        cfg = _config_pointer_gemm(max(m, 3))
     fused = cfg.get("fused", m <= FUSED_QUANT_MAX_M)
-    pdl = cfg.get("pdl", 0) if not fused and not interpreting() else 0
+    pdl = cfg.get("pdl", 0) if not interpreting() else 0
+    chain = _chain(cfg) if pdl else 0
     if fused:
         xin, sx = x2, sw  # sx_ptr unused when quantizing in-kernel
     else:
-        xin, sx = quantize_per_token(x2, early=pdl > 0, chain=pdl > 0 and bool(cfg.get("chain")))
+        xin, sx = quantize_per_token(x2, early=pdl > 0, chain=chain > 0)
+    return _gemm(xin, sx, weight, sw, out, cfg, fused=fused, pdl=pdl, chain=chain).reshape(*lead, n)
+
+
+def _gemm(xin, sx, weight, sw, out, cfg: dict, fused: bool = False, pdl: int = 0, chain: int = 0) -> torch.Tensor:
+    """`_w8a8_kernel` into out (M, N): on int8 xin (M, K) with scales sx (M,) (fused False; the sweeps call this
+    directly to time the GEMM without the quantizer), or on the fp16/bf16 x (fused: each program quantizes).
+    pdl > 0: launched with programmatic dependent launch, prefetching `pdl` bytes of each weight row first."""
+    m, k = xin.shape
+    n = weight.shape[0]
     k_steps = triton.cdiv(k, cfg["BK"])
     n_tiles, m_tiles = triton.cdiv(n, cfg["BN"]), triton.cdiv(m, cfg["BM"])
-    split = cfg.get("split") or plan_split_k(n_tiles * m_tiles, k_steps, x.device, cfg.get("waves", 2.0))
+    split = cfg.get("split") or plan_split_k(n_tiles * m_tiles, k_steps, xin.device, cfg.get("waves") or 2.0)
     per_steps = triton.cdiv(k_steps, split)
     split = triton.cdiv(k_steps, per_steps)
-    ws, locks = splitk_buffers(x.device, n_tiles * m_tiles, split, cfg["BN"] * cfg["BM"])
+    ws, locks = splitk_buffers(xin.device, n_tiles * m_tiles, split, cfg["BN"] * cfg["BM"])
     m_fast = bool(cfg.get("m_fast", False))
     _w8a8_kernel[(m_tiles, n_tiles, split) if m_fast else (n_tiles, m_tiles, split)](
-        xin, sx, weight, sw, out, ws, locks, m, n, k, per_steps * cfg["BK"], split, xin.stride(0), weight.stride(0), n,
-        QUANT_IN_KERNEL=fused, EPS=ACT_EPS, BN=cfg["BN"], BM=cfg["BM"], BK=cfg["BK"],
+        xin, sx, weight, sw, out, ws, locks, m, n, k, per_steps * cfg["BK"], split, xin.stride(0), weight.stride(0),
+        out.stride(0), QUANT_IN_KERNEL=fused, EPS=ACT_EPS, BN=cfg["BN"], BM=cfg["BM"], BK=cfg["BK"],
         PRO_BK=max(cfg["BK"], min(triton.next_power_of_2(k), 16384 // cfg["BM"])),
-        PDL_PREFETCH=_pow2_floor(min(pdl, per_steps * cfg["BK"])) if pdl else 0, M_FAST=m_fast,
-        CHAIN=bool(pdl and cfg.get("chain")),
+        PDL_PREFETCH=_pow2_floor(min(pdl, per_steps * cfg["BK"])) if pdl else 0, M_FAST=m_fast, CHAIN=chain,
         num_warps=cfg["num_warps"], num_stages=cfg.get("num_stages", 3), **({"launch_pdl": True} if pdl else {}),
     )
-    return out.reshape(*lead, n)
+    return out
 
 
 @torch.library.custom_op("compress::w8a8_linear", mutates_args=())
