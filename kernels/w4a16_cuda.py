@@ -1,4 +1,4 @@
-"""CUDA C++ W4A16 decode GEMV (kernels/csrc/w4a16_gemv.cu) for M = 1..16 tokens over the compress.int4 layout:
+"""CUDA C++ W4A16 decode GEMV (kernels/csrc/w4a16_gemv.cu) for M = 1..64 tokens over the compress.int4 layout:
 built with nvcc on first use (kernels/cuda_build.py), loaded through ctypes, launched on torch's current stream.
 
 Why not Triton: the Triton W4A16 kernels (kernels/w4a16.py) stream the int4 weights at 1.0-1.5 TB/s on the
@@ -8,7 +8,8 @@ dequantizes a word (8 weights) in 9 instructions (group 128) straight into tenso
 mma twice per fragment for M = 9..16 (the .cu header has the layout and the instruction count).
 Measured on the H100: bench/results/h100/kernels/w4a16_cuda_s4_notes.md (and w4a16_cuda_notes.md, session 3).
 
-Covered: M = 1..16, group 64 / 128, symmetric and asymmetric, fp16 or bf16 activations with scales of the
+Covered: M = 1..64 (17..64 since session 8: 4 or 8 token tiles, weights scaled before the mma, variants with two
+16-row tiles per warp, `ROW_TILES`; the balanced schedule and the fused input transforms stay at <= 16), group 64 / 128, symmetric and asymmetric, fp16 or bf16 activations with scales of the
 same dtype (the runtime keeps them so), the checkpoint's packed tensors as they are. Anything else raises
 `CompressError` from `w4a16_gemv`; `supports` answers without raising (the runtime's path choice asks it).
 COMPRESS_W4A16_CUDA=0 turns the kernel off; COMPRESS_W4A16_VARIANT forces a build variant;
@@ -42,18 +43,28 @@ from compress.packing.int4 import BLOCK_K, GROUP_SIZES, num_groups, padded_k
 from kernels import cuda_build
 
 SRC = Path(__file__).resolve().parent / "csrc" / "w4a16_gemv.cu"
-MAX_M = 16  # two mma n-tiles of 8 tokens
+MAX_M = 64  # eight mma n-tiles of 8 tokens (session 8; 16 before)
+DECODE_MAX_M = 16  # the balanced schedule and the fused input transforms stop here
 # Build variants: name -> (warps per CTA, 128-k blocks per ring slot, ring slots per warp). A CTA owns 16 rows per
 # warp; a warp's ring holds slots x blocks x 1 KB of weights, slots - 1 of them in flight. A CTA stages the
 # activations of its K chunk: 4M/rows bytes of them per weight byte, so larger M wants more rows (warps) per CTA.
 # w16b2s3 / w8b2s4: session 6 (one slot deeper, more bytes in flight before the dependency wait).
 VARIANTS = {"w4b2s4": (4, 2, 4), "w4b4s3": (4, 4, 3), "w4b8s2": (4, 8, 2), "w4b1s8": (4, 1, 8), "w8b2s3": (8, 2, 3),
-            "w2b2s6": (2, 2, 6), "w16b2s2": (16, 2, 2), "w16b2s3": (16, 2, 3), "w8b2s4": (8, 2, 4)}
+            "w2b2s6": (2, 2, 6), "w16b2s2": (16, 2, 2), "w16b2s3": (16, 2, 3), "w8b2s4": (8, 2, 4),
+            "w4b2s3r2": (4, 2, 3), "w4b2s4r2": (4, 2, 4), "w8b2s2r2": (8, 2, 2), "w8b2s3r2": (8, 2, 3)}
+# Session 8: 16-row mma tiles per warp (-DW4_RT); 2 = a warp owns 32 rows and each B fragment (activations) read from
+# shared memory feeds two weight tiles, halving that traffic per weight byte, which grows with the token tiles.
+ROW_TILES = {"w4b2s3r2": 2, "w4b2s4r2": 2, "w8b2s2r2": 2, "w8b2s3r2": 2}
+
+
+def rows_per_cta(name: str) -> int:
+    """Output rows of one CTA of a build variant: 16 per mma row tile, ROW_TILES tiles per warp."""
+    return 16 * VARIANTS[name][0] * ROW_TILES.get(name, 1)
 # (variant, waves) per M bucket (M <= 8, <= 16); waves = CTAs launched / CTAs resident at once (see `plan`).
 # Evidence (H100, bench/results/h100/kernels/w4a16_cuda_s4.md): the best geometric mean over 12 Llama-3 / Qwen3
 # layer shapes at M = 1 (w8b2s3 waves 0.5: 16.2 us, the first default w4b2s4 waves 1: 17.2) and at M = 16
 # (w16b2s2 waves 1: 29.9 us; the 4-warp variants 40-49 us).
-DEFAULTS = {8: ("w8b2s3", 0.5), 16: ("w16b2s2", 1.0)}
+DEFAULTS = {8: ("w8b2s3", 0.5), 16: ("w16b2s2", 1.0), 32: ("w8b2s2r2", 1.0), 64: ("w4b2s3r2", 1.0)}
 DEFAULT_VARIANT = "w8b2s3"  # the one the tests build first
 # Measured winners per layer shape, same run: (N, K) -> {M bucket: (variant, waves, cluster reduction)}. The
 # variant and waves are the fastest plain launch at M = 1 (bucket 8) or M = 16 (bucket 16); cluster where the
@@ -79,6 +90,9 @@ TUNED = {
 # STAGED_BYTES per CTA; a CTA's shared memory at most SMEM_BYTES (the H100 allows 227 KB).
 MIN_BLOCKS = 2
 STAGED_BYTES = 32 * 1024
+# Beyond 16 tokens (session 8) a block's activations take 4 KB per 16 tokens: at 32 KB the K chunk would shrink to
+# 2 blocks at M = 64 and the split (with its fp32 partials of M x N per chunk) grow; 96 KB keeps 6 blocks there.
+STAGED_BYTES_WIDE = 96 * 1024
 SMEM_BYTES = 200 * 1024
 # COMPRESS_W4A16_PDL when unset: 2 = programmatic dependent launch with the weights read before the wait. Same run:
 # 0.03-2.0 us less per call than plain launches on all 12 shapes at M = 1, 2.00 -> 1.89 ms for the 128 GEMVs of a
@@ -97,8 +111,9 @@ MAX_CLUSTER = 8  # the .cu's portable cluster size: more K chunks reduce through
 BALANCED: dict[tuple[int, int], dict[int, tuple[str, float]]] = {
     (28672, 4096): {16: ("w16b2s2", 1.0)},  # 8B fused gate_up
 }
-_RC = {-1: "M outside 1..16", -2: "group_size not 64/128", -3: "bad split-K plan",
-       -4: "shared memory over the device's per-block limit", -5: "fused input not aligned or K not a multiple of 8"}
+_RC = {-1: "M outside 1..64", -2: "group_size not 64/128", -3: "bad split-K plan",
+       -4: "shared memory over the device's per-block limit", -5: "fused input not aligned or K not a multiple of 8",
+       -6: "a fused input transform with more than 16 tokens"}
 # Input transforms of `_launch` (the .cu's Args.xform): the decode step's glue folded into the GEMV's activation staging.
 XFORM = {None: 0, "silu_mul": 1, "rms_norm": 2}
 
@@ -197,6 +212,8 @@ def compile_variant(arch_code: str, name: str, xform: bool = False) -> Path:
     the fused input transforms (-DW4_XFORM=1, a library of its own; without it the kernels are session 6's)."""
     warps, blocks, slots = VARIANTS[name]
     flags = [f"-DW4_WARPS={warps}", f"-DW4_SB={blocks}", f"-DW4_STAGES={slots}"] + (["-DW4_XFORM=1"] if xform else [])
+    if ROW_TILES.get(name, 1) > 1:  # only then: the session-6 variants keep their flags (and cached builds)
+        flags.append(f"-DW4_RT={ROW_TILES[name]}")
     return cuda_build.compile_library(SRC, name + ("_xf" if xform else ""), flags, arch_code, "w4a16 CUDA GEMV",
                                       "the Triton kernels serve instead")
 
@@ -240,9 +257,9 @@ def prebuild(device: torch.device, names: list[str]) -> None:
 def smem_bytes(per: int, m: int, name: str, group_size: int = 128, asym: bool = False) -> int:
     """Shared memory of one CTA (the .cu's smem_bytes): weight ring, staged activations, scales, zeros."""
     warps, blocks, slots = VARIANTS[name]
-    rows, gpb = 16 * warps, 2 if group_size == 64 else 1
+    rows, gpb = rows_per_cta(name), 2 if group_size == 64 else 1
     r16 = lambda v: -(-v // 16) * 16  # noqa: E731
-    return (warps * slots * blocks * 1024 + (per * 16 * m + 1) * 16 + r16(per * gpb * rows * 2)
+    return (warps * slots * blocks * 1024 * ROW_TILES.get(name, 1) + (per * 16 * m + 1) * 16 + r16(per * gpb * rows * 2)
             + (r16(per * gpb * rows) if asym else 0))
 
 
@@ -259,14 +276,13 @@ def plan(n: int, k: int, m: int, sms: int, name: str, waves: float = 1.0, ctas_p
     shared memory can still force more.
     """
     min_blocks = MIN_BLOCKS if min_blocks is None else min_blocks
-    warps = VARIANTS[name][0]
     kblocks = padded_k(k) // BLOCK_K
-    groups = -(-n // (16 * warps))
+    groups = -(-n // rows_per_cta(name))
     want = max(1, int(sms * max(1, ctas_per_sm) * waves))
     split = max(1, min(kblocks, want // groups, max_split or kblocks))
     per = -(-kblocks // split)
     per = max(per, min(min_blocks, kblocks))
-    per = max(1, min(per, STAGED_BYTES // (256 * m)))
+    per = max(1, min(per, (STAGED_BYTES if m <= DECODE_MAX_M else STAGED_BYTES_WIDE) // (256 * m)))
     while per > 1 and smem_bytes(per, m, name, group_size, asym) > SMEM_BYTES:
         per -= 1
     return per, -(-kblocks // per)
@@ -339,10 +355,10 @@ def plan_balanced(n: int, k: int, m: int, sms: int, name: str, waves: float = 1.
     It applies when a CTA's run is at most one row group's blocks long (so it spans at most two row groups: the
     kernel's two segments), its shared memory fits SMEM_BYTES, and N x kblocks x 4 fits an int (copy offsets).
     """
-    rows = 16 * VARIANTS[name][0]
+    rows = rows_per_cta(name)
     kblocks = padded_k(k) // BLOCK_K
     units = -(-n // rows) * kblocks
-    if n * kblocks * 4 >= 2**31:
+    if n * kblocks * 4 >= 2**31 or m > DECODE_MAX_M:  # the .cu builds the balanced schedule for <= 16 tokens
         return None
     ctas = min(units, sms * max(1, round(max(1, ctas_per_sm) * waves)))
     per = -(-units // ctas)
@@ -423,12 +439,12 @@ def _launch(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros:
         env = cluster_mode()
         cluster = dcluster if env is None else env
     lib = build(x.device, name, xform is not None)
-    warps = VARIANTS[name][0]
+    rows = rows_per_cta(name)
     per, split, bal = plan_for(x.device, lib, name, n, k, m, group_size, zeros is not None, x.dtype == torch.bfloat16,
                                waves, min_blocks, cluster, balanced)
     flags = {0: 0, 1: 1, 2: 3}[pdl] | (8 if bal else (4 if cluster else 0))
-    need = 2 * split * m * 16 * warps if bal else (split * m * n if split > 1 else 0)
-    ws, cnt = _workspace.get(x.device, need, -(-n // (16 * warps)))
+    need = 2 * split * m * rows if bal else (split * m * n if split > 1 else 0)
+    ws, cnt = _workspace.get(x.device, need, -(-n // rows))
     ptr = lambda t: None if t is None else t.data_ptr()  # noqa: E731
     rc = lib.w4a16_gemv_x(
         x2.data_ptr(), int(x.dtype == torch.bfloat16), qweight.data_ptr(), scales.data_ptr(),
@@ -454,9 +470,9 @@ def _(x, qweight, scales, zeros, group_size):
 
 def w4a16_gemv(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None = None,
                group_size: int = 128, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """y = x @ W^T (+ bias), W in the compress.int4 layout, for at most 16 tokens.
+    """y = x @ W^T (+ bias), W in the compress.int4 layout, for at most 64 tokens.
 
-    x (..., K) fp16/bf16 with M = prod(...) <= 16; qweight int32 (N, Kp/8); scales (G, N) in x's dtype;
+    x (..., K) fp16/bf16 with M = prod(...) <= 64; qweight int32 (N, Kp/8); scales (G, N) in x's dtype;
     zeros uint8 (G, N) or None (symmetric, z = 8). Returns (..., N) in x's dtype.
     """
     _check(x, qweight, scales, zeros, group_size)  # here too: the custom op would wrap the error

@@ -247,7 +247,7 @@ def cpu_layer(n=64, k=256, gs=128, sym=True, dtype=torch.float16):
 @pytest.mark.parametrize("change,match", [
     (dict(x=torch.zeros(1, 256)), r"activations must be float16 or bfloat16, got torch.float32; cast x first"),
     (dict(group_size=32), r"group_size=32 is not supported; use one of \(64, 128\)"),
-    (dict(x=torch.zeros(17, 256).half()), r"M=17 tokens is more than this GEMV's 16; use kernels.w4a16.w4a16_linear"),
+    (dict(x=torch.zeros(65, 256).half()), r"M=65 tokens is more than this GEMV's 64; use kernels.w4a16.w4a16_linear"),
     (dict(x=torch.zeros(1, 384).half()), r"qweight \(64, 32\) torch.int32 does not fit in_features=384; expected int32 \(N, 48\)"),
     (dict(scales=torch.zeros(3, 64).half()), r"scales \(3, 64\) do not match; expected \(G, N\) = \(2, 64\)"),
     (dict(scales=torch.zeros(2, 64)), r"scales are torch.float32 but x is torch.float16; cast the scales"),

@@ -69,6 +69,14 @@
 // (bench/results/h100/e2e/session7/): that cost is larger than the launches it removes -- Llama-3-8B W4A16 decode
 // TPOT 2.551 -> 2.654 ms with both folds -- so they are built only with -DW4_XFORM=1 (a separate library, opt-in);
 // without it this file compiles to the kernels of session 6.
+//
+// More tokens (session 8): M = 17..64 run 4 or 8 token tiles (MT). The block sums of group 128 would double the
+// accumulators, so there the weights are scaled before the mma as for group 64 (one fp16/bf16 rounding of
+// (u - z) * s, as dequantize-then-GEMM) and each B fragment is loaded from shared memory where it is used. With
+// -DW4_RT=2 a warp owns 32 rows (two 16-row A tiles) and every B fragment feeds both: the shared-memory reads of
+// activations per weight byte, which grow with the token tiles, halve. The balanced schedule and the fused inputs
+// stay at <= 16 tokens (the entry point refuses more). Token tiles beyond 2 allow up to 255 registers (half the
+// resident threads) so the RT x MT accumulator tiles do not spill.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -86,20 +94,29 @@
 #ifndef W4_STAGES
 #define W4_STAGES 4
 #endif
+#ifndef W4_RT
+#define W4_RT 1
+#endif
 
 namespace {
 
 constexpr int WARPS = W4_WARPS;
 constexpr int THREADS = WARPS * 32;
-constexpr int ROWS = WARPS * 16;  // output rows per CTA
+constexpr int RT = W4_RT;          // 16-row mma tiles per warp (session 8: 2 = one B fragment feeds two A tiles)
+constexpr int WROWS = 16 * RT;     // output rows per warp
+constexpr int ROWS = WARPS * WROWS;  // output rows per CTA
 constexpr int SB = W4_SB;         // 128-k blocks per ring slot
 constexpr int STAGES = W4_STAGES; // ring slots per warp
-constexpr int MAX_M = 16;         // two mma n-tiles of 8 tokens
+constexpr int MAX_M = 64;         // eight mma n-tiles of 8 tokens (session 8; 16 before)
+constexpr int XFORM_MAX_M = 16;   // the fused input transforms serve the decode step (<= 16 tokens)
 constexpr int MAX_CLUSTER = 8;    // portable thread-block cluster size
-constexpr int SLOT = 16 * SB * 64;          // bytes per warp per slot (16 rows x SB blocks x 64 bytes)
-constexpr int CPL = 16 * SB * 4 / 32;       // 16-byte copies per lane per slot
+constexpr int SLOT = WROWS * SB * 64;       // bytes per warp per slot (WROWS rows x SB blocks x 64 bytes)
+constexpr int CPL = WROWS * SB * 4 / 32;    // 16-byte copies per lane per slot
 static_assert(SB >= 1 && STAGES >= 2 && (SB == 1 || SB % 2 == 0), "SB must be 1 or even (the bank swizzle)");
 static_assert(CPL >= 1, "a slot must give each lane at least one copy");
+static_assert(RT == 1 || RT == 2, "W4_RT is 1 or 2");
+// The cluster reduction parks a warp's WROWS x M fp32 partials in its own ring.
+static_assert(STAGES * SLOT >= WROWS * MAX_M * 4, "a warp's ring must hold its partials for the cluster reduction");
 
 // fp16x2 / bf16x2 constants as bit patterns (low half = first element).
 template <typename T> struct Bits;
@@ -302,8 +319,12 @@ __host__ __device__ __forceinline__ size_t smem_bytes(int per, int M, bool g64, 
   return ring_bytes() + xs_bytes(per, M) + sc_bytes(per, g64) + zc_bytes(per, g64, asym);
 }
 
+// Resident CTAs the register allocation must allow: 512 threads per SM up to 16 tokens (at most 128 registers, as
+// session 6); 256 beyond (more token tiles hold more accumulators: 64 fp32 at 64 tokens with two row tiles).
+__host__ __device__ constexpr int min_ctas(int mt) { return (mt > 2 ? 256 : 512) / THREADS > 0 ? (mt > 2 ? 256 : 512) / THREADS : 1; }
+
 template <typename T, bool ASYM, bool G64, int MT, bool BAL>
-__global__ void __launch_bounds__(THREADS, 512 / THREADS) w4a16_gemv_kernel(const Args a) {
+__global__ void __launch_bounds__(THREADS, min_ctas(MT)) w4a16_gemv_kernel(const Args a) {
   extern __shared__ uint4 smem[];
   __shared__ int last;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -348,7 +369,7 @@ __global__ void __launch_bounds__(THREADS, 512 / THREADS) w4a16_gemv_kernel(cons
   for (int i = 0; i < CPL; ++i) {
     const int c = lane + 32 * i;
     const int r = c / (4 * SB), u = (c / 4) % SB, piece = c % 4;
-    const int row = n_base + warp * 16 + r;
+    const int row = n_base + warp * WROWS + r;
     const int rr = row < a.N ? row : 0;
     src[i] = a.q + (size_t)rr * (a.KW / 4) + (size_t)(blk0 + u) * 4 + piece;
     const int rowb = row + ROWS;
@@ -425,8 +446,8 @@ __global__ void __launch_bounds__(THREADS, 512 / THREADS) w4a16_gemv_kernel(cons
 #ifdef W4_XFORM
   // ---- xform 2: 1 / rms of each token's row s = x + y (all K columns: every CTA reads the whole row, 8 KB per
   // token at K = 4096, from L2; the staging below then finds its chunk in L1). CTA 0 also writes s.
-  __shared__ float rnorm[MAX_M];
-  __shared__ float rpart[WARPS][MAX_M];
+  __shared__ float rnorm[XFORM_MAX_M];
+  __shared__ float rpart[WARPS][XFORM_MAX_M];
   if (a.xform == 2) {
     const bool writer = blockIdx.x == 0 && blockIdx.y == 0 && a.y != nullptr;
     for (int m = 0; m < a.M; ++m) {
@@ -545,10 +566,17 @@ __global__ void __launch_bounds__(THREADS, 512 / THREADS) w4a16_gemv_kernel(cons
   __syncthreads();
 
   // ---- main loop
-  float acc[MT][4];
+  // acc[rt][mt]: row tile rt (rows 16 rt + g, 16 rt + g + 8 of the warp) x token tile mt. SCALE_W (M > 16): the
+  // weights are scaled before the mma for group 128 too (one fp16/bf16 rounding, as group 64), so the fp32 sums
+  // need no per-block copy: the registers go to the wider token tiles.
+  constexpr bool SCALE_W = G64 || MT > 2;
+  float acc[RT][MT][4];
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.f;
-  const int lr = warp * 16 + g;  // the lane's first row inside the CTA (second: lr + 8)
+  for (int rt = 0; rt < RT; ++rt) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) acc[rt][mt][0] = acc[rt][mt][1] = acc[rt][mt][2] = acc[rt][mt][3] = 0.f;
+  }
+  const int lr = warp * WROWS + g;  // the lane's first row inside the CTA (then lr + 8, lr + 16, lr + 24)
   // Balanced schedule: a segment's sums go straight to y when its CTA is the row group's only piece, else to
   // workspace slot 2 c + (0: segment A, 1: segment B) as (slot, token, row in the group) fp32 partials.
   auto bal_pieces = [&](int rg, int* first) {
@@ -557,24 +585,27 @@ __global__ void __launch_bounds__(THREADS, 512 / THREADS) w4a16_gemv_kernel(cons
     return bal_owner((long long)(rg + 1) * a.kblocks - 1, a) - c0 + 1;
   };
   auto store_seg = [&](int rbase, int slot, bool direct) {
-    const int row_a = rbase + lr, row_b = row_a + 8;
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-      const int tok0 = 8 * mt + 2 * t, tok1 = tok0 + 1;
-      if (direct) {
-        if (row_a < a.N && tok0 < a.M) a.out[(size_t)tok0 * a.N + row_a] = to_bits<T>(acc[mt][0]);
-        if (row_a < a.N && tok1 < a.M) a.out[(size_t)tok1 * a.N + row_a] = to_bits<T>(acc[mt][1]);
-        if (row_b < a.N && tok0 < a.M) a.out[(size_t)tok0 * a.N + row_b] = to_bits<T>(acc[mt][2]);
-        if (row_b < a.N && tok1 < a.M) a.out[(size_t)tok1 * a.N + row_b] = to_bits<T>(acc[mt][3]);
-      } else {
-        float* part = a.ws + (size_t)slot * a.M * ROWS;
-        if (tok0 < a.M) {
-          __stcg(part + tok0 * ROWS + lr, acc[mt][0]);
-          __stcg(part + tok0 * ROWS + lr + 8, acc[mt][2]);
-        }
-        if (tok1 < a.M) {
-          __stcg(part + tok1 * ROWS + lr, acc[mt][1]);
-          __stcg(part + tok1 * ROWS + lr + 8, acc[mt][3]);
+    for (int rt = 0; rt < RT; ++rt) {
+      const int la_ = lr + 16 * rt, row_a = rbase + la_, row_b = row_a + 8;
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const int tok0 = 8 * mt + 2 * t, tok1 = tok0 + 1;
+        if (direct) {
+          if (row_a < a.N && tok0 < a.M) a.out[(size_t)tok0 * a.N + row_a] = to_bits<T>(acc[rt][mt][0]);
+          if (row_a < a.N && tok1 < a.M) a.out[(size_t)tok1 * a.N + row_a] = to_bits<T>(acc[rt][mt][1]);
+          if (row_b < a.N && tok0 < a.M) a.out[(size_t)tok0 * a.N + row_b] = to_bits<T>(acc[rt][mt][2]);
+          if (row_b < a.N && tok1 < a.M) a.out[(size_t)tok1 * a.N + row_b] = to_bits<T>(acc[rt][mt][3]);
+        } else {
+          float* part = a.ws + (size_t)slot * a.M * ROWS;
+          if (tok0 < a.M) {
+            __stcg(part + tok0 * ROWS + la_, acc[rt][mt][0]);
+            __stcg(part + tok0 * ROWS + la_ + 8, acc[rt][mt][2]);
+          }
+          if (tok1 < a.M) {
+            __stcg(part + tok1 * ROWS + la_, acc[rt][mt][1]);
+            __stcg(part + tok1 * ROWS + la_ + 8, acc[rt][mt][3]);
+          }
         }
       }
     }
@@ -589,7 +620,7 @@ __global__ void __launch_bounds__(THREADS, 512 / THREADS) w4a16_gemv_kernel(cons
     x_piece[mt] = has_x ? lanes_m : 0;
   }
   const uint8_t* my_slot0 = ring + warp * STAGES * SLOT + g * SB * 64 + 16 * t;
-  const int par = SB > 1 ? (g & 1) : 0;  // rows g and g + 8 share the parity (the swizzle)
+  const int par = SB > 1 ? (g & 1) : 0;  // rows g, g + 8, g + 16, g + 24 share the parity (the swizzle)
   for (int it = 0; it < nst; ++it) {
     cp_async_wait<STAGES - 2>();
     __syncwarp();  // every lane's copies of slot `it` landed; every lane is done with slot `it - 1`
@@ -603,64 +634,106 @@ __global__ void __launch_bounds__(THREADS, 512 / THREADS) w4a16_gemv_kernel(cons
     for (int u = 0; u < SB; ++u) {
       const int lb = it * SB + u;
       if (lb < nb) {
-        const uint8_t* wp = slot + (u ^ par) * 64;
-        const uint4 wa = *reinterpret_cast<const uint4*>(wp);
-        const uint4 wb = *reinterpret_cast<const uint4*>(wp + 8 * SB * 64);
-        uint32_t sa, sb, za = 0x00080008u, zb = 0x00080008u;
-        if (G64) {
-          sa = (uint32_t)sc[(2 * lb) * ROWS + lr] | ((uint32_t)sc[(2 * lb + 1) * ROWS + lr] << 16);
-          sb = (uint32_t)sc[(2 * lb) * ROWS + lr + 8] | ((uint32_t)sc[(2 * lb + 1) * ROWS + lr + 8] << 16);
-          if (ASYM) {
-            za = (uint32_t)zc[(2 * lb) * ROWS + lr] | ((uint32_t)zc[(2 * lb + 1) * ROWS + lr] << 16);
-            zb = (uint32_t)zc[(2 * lb) * ROWS + lr + 8] | ((uint32_t)zc[(2 * lb + 1) * ROWS + lr + 8] << 16);
+        uint4 wa[RT], wb[RT];
+        uint32_t sa[RT], sb[RT], za[RT], zb[RT];
+#pragma unroll
+        for (int rt = 0; rt < RT; ++rt) {
+          const uint8_t* wp = slot + rt * 16 * SB * 64 + (u ^ par) * 64;
+          wa[rt] = *reinterpret_cast<const uint4*>(wp);
+          wb[rt] = *reinterpret_cast<const uint4*>(wp + 8 * SB * 64);
+          const int r0 = lr + 16 * rt;
+          za[rt] = zb[rt] = 0x00080008u;
+          if (G64) {
+            sa[rt] = (uint32_t)sc[(2 * lb) * ROWS + r0] | ((uint32_t)sc[(2 * lb + 1) * ROWS + r0] << 16);
+            sb[rt] = (uint32_t)sc[(2 * lb) * ROWS + r0 + 8] | ((uint32_t)sc[(2 * lb + 1) * ROWS + r0 + 8] << 16);
+            if (ASYM) {
+              za[rt] = (uint32_t)zc[(2 * lb) * ROWS + r0] | ((uint32_t)zc[(2 * lb + 1) * ROWS + r0] << 16);
+              zb[rt] = (uint32_t)zc[(2 * lb) * ROWS + r0 + 8] | ((uint32_t)zc[(2 * lb + 1) * ROWS + r0 + 8] << 16);
+            }
+          } else {
+            sa[rt] = sc[lb * ROWS + r0];
+            sb[rt] = sc[lb * ROWS + r0 + 8];
+            sa[rt] |= sa[rt] << 16;
+            sb[rt] |= sb[rt] << 16;
+            if (ASYM) {
+              za[rt] = zc[lb * ROWS + r0];
+              zb[rt] = zc[lb * ROWS + r0 + 8];
+              za[rt] |= za[rt] << 16;
+              zb[rt] |= zb[rt] << 16;
+            }
+          }
+        }
+        if constexpr (MT <= 2) {
+          // Up to 16 tokens: the block's B fragments up front (8 registers a tile), sums per block for group 128.
+          uint4 bq[MT][4];
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+            for (int c = 0; c < 4; ++c) bq[mt][c] = xs[(lb * 4 + c) * x_piece[mt] + x_lane[mt]];
+          }
+          float blk[RT][MT][4];  // group 128: this block's (one group's) unscaled sums
+#pragma unroll
+          for (int rt = 0; rt < RT; ++rt) {
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) blk[rt][mt][0] = blk[rt][mt][1] = blk[rt][mt][2] = blk[rt][mt][3] = 0.f;
+          }
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+#pragma unroll
+            for (int rt = 0; rt < RT; ++rt) {
+              uint32_t ag[4], ah[4];
+              dequant<T, G64>(word(wa[rt], c), sa[rt], za[rt], ag);
+              dequant<T, G64>(word(wb[rt], c), sb[rt], zb[rt], ah);
+#pragma unroll
+              for (int mt = 0; mt < MT; ++mt) {
+                float(&d)[4] = G64 ? acc[rt][mt] : blk[rt][mt];
+                mma<T>(d, ag[0], ah[0], ag[1], ah[1], bq[mt][c].x, bq[mt][c].y);
+                mma<T>(d, ag[2], ah[2], ag[3], ah[3], bq[mt][c].z, bq[mt][c].w);
+              }
+            }
+          }
+          if (!G64) {
+#pragma unroll
+            for (int rt = 0; rt < RT; ++rt) {
+              const float fa = low_to_f32<T>(sa[rt]), fb = low_to_f32<T>(sb[rt]);
+#pragma unroll
+              for (int mt = 0; mt < MT; ++mt) {
+                acc[rt][mt][0] = fmaf(blk[rt][mt][0], fa, acc[rt][mt][0]);
+                acc[rt][mt][1] = fmaf(blk[rt][mt][1], fa, acc[rt][mt][1]);
+                acc[rt][mt][2] = fmaf(blk[rt][mt][2], fb, acc[rt][mt][2]);
+                acc[rt][mt][3] = fmaf(blk[rt][mt][3], fb, acc[rt][mt][3]);
+              }
+            }
           }
         } else {
-          sa = sc[lb * ROWS + lr];
-          sb = sc[lb * ROWS + lr + 8];
-          sa |= sa << 16;
-          sb |= sb << 16;
-          if (ASYM) {
-            za = zc[lb * ROWS + lr];
-            zb = zc[lb * ROWS + lr + 8];
-            za |= za << 16;
-            zb |= zb << 16;
-          }
-        }
-        uint4 bq[MT][4];
+          // 17..64 tokens: scaled weights (SCALE_W), each B fragment loaded where it is used and fed to every row
+          // tile, so the registers hold RT x MT accumulator tiles and one fragment at a time.
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
+          for (int c = 0; c < 4; ++c) {
+            uint32_t ag[RT][4], ah[RT][4];
 #pragma unroll
-          for (int c = 0; c < 4; ++c) bq[mt][c] = xs[(lb * 4 + c) * x_piece[mt] + x_lane[mt]];
-        }
-        float blk[MT][4];  // group 128: this block's (one group's) unscaled sums
+            for (int rt = 0; rt < RT; ++rt) {
+              dequant<T, SCALE_W>(word(wa[rt], c), sa[rt], za[rt], ag[rt]);
+              dequant<T, SCALE_W>(word(wb[rt], c), sb[rt], zb[rt], ah[rt]);
+            }
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) blk[mt][0] = blk[mt][1] = blk[mt][2] = blk[mt][3] = 0.f;
+            for (int mt = 0; mt < MT; ++mt) {
+              const uint4 b = xs[(lb * 4 + c) * x_piece[mt] + x_lane[mt]];
 #pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          uint32_t ag[4], ah[4];
-          dequant<T, G64>(word(wa, c), sa, za, ag);
-          dequant<T, G64>(word(wb, c), sb, zb, ah);
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
-            float(&d)[4] = G64 ? acc[mt] : blk[mt];
-            mma<T>(d, ag[0], ah[0], ag[1], ah[1], bq[mt][c].x, bq[mt][c].y);
-            mma<T>(d, ag[2], ah[2], ag[3], ah[3], bq[mt][c].z, bq[mt][c].w);
-          }
-        }
-        if (!G64) {
-          const float fa = low_to_f32<T>(sa), fb = low_to_f32<T>(sb);
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
-            acc[mt][0] = fmaf(blk[mt][0], fa, acc[mt][0]);
-            acc[mt][1] = fmaf(blk[mt][1], fa, acc[mt][1]);
-            acc[mt][2] = fmaf(blk[mt][2], fb, acc[mt][2]);
-            acc[mt][3] = fmaf(blk[mt][3], fb, acc[mt][3]);
+              for (int rt = 0; rt < RT; ++rt) {
+                mma<T>(acc[rt][mt], ag[rt][0], ah[rt][0], ag[rt][1], ah[rt][1], b.x, b.y);
+                mma<T>(acc[rt][mt], ag[rt][2], ah[rt][2], ag[rt][3], ah[rt][3], b.z, b.w);
+              }
+            }
           }
         }
         if (BAL && lb == la - 1 && la < nb) {  // balanced: segment A (this row group's tail) is done
           store_seg(n_base, 2 * blockIdx.x, bal_pieces(n_base / ROWS, nullptr) == 1);
 #pragma unroll
-          for (int mt = 0; mt < MT; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.f;
+          for (int rt = 0; rt < RT; ++rt) {
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) acc[rt][mt][0] = acc[rt][mt][1] = acc[rt][mt][2] = acc[rt][mt][3] = 0.f;
+          }
         }
       }
     }
@@ -668,7 +741,8 @@ __global__ void __launch_bounds__(THREADS, 512 / THREADS) w4a16_gemv_kernel(cons
   cp_async_wait<0>();  // no copy outlives the kernel (the trailing groups are empty)
   grid_dep_launch();   // the next kernel may start its own weight copies during this epilogue
 
-  // acc[mt]: (row g, token 8 mt + 2t), (row g, 8 mt + 2t + 1), (row g + 8, 8 mt + 2t), (row g + 8, 8 mt + 2t + 1).
+  // acc[rt][mt]: (row r, token 8 mt + 2t), (row r, 8 mt + 2t + 1), (row r + 8, 8 mt + 2t), (row r + 8, 8 mt + 2t + 1)
+  // with r = 16 rt + g of the warp.
   if (BAL) {
     // The last segment's sums (B, or A when the run stays in one row group), then one counter per row group a
     // partial went to; the last of a row group's pieces to arrive sums them in K order (piece 0 first) and resets
@@ -726,17 +800,8 @@ __global__ void __launch_bounds__(THREADS, 512 / THREADS) w4a16_gemv_kernel(cons
     return;
   }
 
-  const int row_a = n_base + lr, row_b = row_a + 8;
-  const bool va = row_a < a.N, vb = row_b < a.N;
   if (a.S == 1) {
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-      const int tok0 = 8 * mt + 2 * t, tok1 = tok0 + 1;
-      if (va && tok0 < a.M) a.out[(size_t)tok0 * a.N + row_a] = to_bits<T>(acc[mt][0]);
-      if (va && tok1 < a.M) a.out[(size_t)tok1 * a.N + row_a] = to_bits<T>(acc[mt][1]);
-      if (vb && tok0 < a.M) a.out[(size_t)tok0 * a.N + row_b] = to_bits<T>(acc[mt][2]);
-      if (vb && tok1 < a.M) a.out[(size_t)tok1 * a.N + row_b] = to_bits<T>(acc[mt][3]);
-    }
+    store_seg(n_base, 0, true);
     return;
   }
 
@@ -749,15 +814,19 @@ __global__ void __launch_bounds__(THREADS, 512 / THREADS) w4a16_gemv_kernel(cons
     float* red = reinterpret_cast<float*>(ring + warp * STAGES * SLOT);
     __syncwarp();  // every lane is done with the ring's last slot
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-      const int tok0 = 8 * mt + 2 * t, tok1 = tok0 + 1;
-      if (tok0 < a.M) {
-        red[tok0 * 16 + g] = acc[mt][0];
-        red[tok0 * 16 + g + 8] = acc[mt][2];
-      }
-      if (tok1 < a.M) {
-        red[tok1 * 16 + g] = acc[mt][1];
-        red[tok1 * 16 + g + 8] = acc[mt][3];
+    for (int rt = 0; rt < RT; ++rt) {
+      const int r = 16 * rt + g;
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const int tok0 = 8 * mt + 2 * t, tok1 = tok0 + 1;
+        if (tok0 < a.M) {
+          red[tok0 * WROWS + r] = acc[rt][mt][0];
+          red[tok0 * WROWS + r + 8] = acc[rt][mt][2];
+        }
+        if (tok1 < a.M) {
+          red[tok1 * WROWS + r] = acc[rt][mt][1];
+          red[tok1 * WROWS + r + 8] = acc[rt][mt][3];
+        }
       }
     }
     cg::cluster_group cluster = cg::this_cluster();
@@ -766,7 +835,7 @@ __global__ void __launch_bounds__(THREADS, 512 / THREADS) w4a16_gemv_kernel(cons
     const int rows_here = min(ROWS, a.N - n_base);
     for (int e = rank * THREADS + threadIdx.x; e < a.M * rows_here; e += a.S * THREADS) {
       const int m = e / rows_here, rl = e % rows_here;
-      float* mine = reinterpret_cast<float*>(ring + (rl >> 4) * STAGES * SLOT) + m * 16 + (rl & 15);
+      float* mine = reinterpret_cast<float*>(ring + (rl / WROWS) * STAGES * SLOT) + m * WROWS + (rl % WROWS);
       float sum = 0.f;
 #pragma unroll 8
       for (int sp = 0; sp < a.S; ++sp) sum += *cluster.map_shared_rank(mine, sp);
@@ -778,12 +847,17 @@ __global__ void __launch_bounds__(THREADS, 512 / THREADS) w4a16_gemv_kernel(cons
 
   float* part = a.ws + (size_t)split * a.M * a.N;
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-    const int tok0 = 8 * mt + 2 * t, tok1 = tok0 + 1;
-    if (va && tok0 < a.M) __stcg(part + (size_t)tok0 * a.N + row_a, acc[mt][0]);
-    if (va && tok1 < a.M) __stcg(part + (size_t)tok1 * a.N + row_a, acc[mt][1]);
-    if (vb && tok0 < a.M) __stcg(part + (size_t)tok0 * a.N + row_b, acc[mt][2]);
-    if (vb && tok1 < a.M) __stcg(part + (size_t)tok1 * a.N + row_b, acc[mt][3]);
+  for (int rt = 0; rt < RT; ++rt) {
+    const int row_a = n_base + lr + 16 * rt, row_b = row_a + 8;
+    const bool va = row_a < a.N, vb = row_b < a.N;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      const int tok0 = 8 * mt + 2 * t, tok1 = tok0 + 1;
+      if (va && tok0 < a.M) __stcg(part + (size_t)tok0 * a.N + row_a, acc[rt][mt][0]);
+      if (va && tok1 < a.M) __stcg(part + (size_t)tok1 * a.N + row_a, acc[rt][mt][1]);
+      if (vb && tok0 < a.M) __stcg(part + (size_t)tok0 * a.N + row_b, acc[rt][mt][2]);
+      if (vb && tok1 < a.M) __stcg(part + (size_t)tok1 * a.N + row_b, acc[rt][mt][3]);
+    }
   }
   __threadfence();  // partials visible device-wide before the counter moves
   __syncthreads();
@@ -864,7 +938,24 @@ int by_schedule(const Args& a, int asym, int g64, bool pdl, cudaStream_t stream)
 
 template <typename T, int MT>
 int by_variant(const Args& a, int asym, int g64, bool pdl, cudaStream_t stream) {
-  return a.bal ? by_schedule<T, MT, true>(a, asym, g64, pdl, stream) : by_schedule<T, MT, false>(a, asym, g64, pdl, stream);
+  if constexpr (MT > 2) {  // the balanced schedule is built for up to 16 tokens (the entry point refuses more)
+    return by_schedule<T, MT, false>(a, asym, g64, pdl, stream);
+  } else {
+    return a.bal ? by_schedule<T, MT, true>(a, asym, g64, pdl, stream) : by_schedule<T, MT, false>(a, asym, g64, pdl, stream);
+  }
+}
+
+// Token tiles of 8 for M tokens: 1, 2, 4 or 8 (the kernel's MT).
+__host__ __device__ constexpr int token_tiles(int M) { return M > 32 ? 8 : (M > 16 ? 4 : (M > 8 ? 2 : 1)); }
+
+template <typename T>
+int by_tokens(const Args& a, int asym, int g64, bool pdl, cudaStream_t stream) {
+  switch (token_tiles(a.M)) {
+    case 1: return by_variant<T, 1>(a, asym, g64, pdl, stream);
+    case 2: return by_variant<T, 2>(a, asym, g64, pdl, stream);
+    case 4: return by_variant<T, 4>(a, asym, g64, pdl, stream);
+    default: return by_variant<T, 8>(a, asym, g64, pdl, stream);
+  }
 }
 
 template <bool BAL>
@@ -876,7 +967,16 @@ int ctas_per_sm(int per, int M, int group, int asym) {
   cudaError_t e;
   // Registers and threads barely depend on the dtype / zeros / group: ask the fp16 symmetric group-128 code
   // of the token tile count that will run.
-  if (M > 8) {
+  if (M > 16) {
+    if (BAL) return 0;  // not built for more than 16 tokens
+    if (M > 32) {
+      if (allow_smem<__half, false, false, 8, false>(&limit) != 0 || smem > limit) return 0;
+      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, w4a16_gemv_kernel<__half, false, false, 8, false>, THREADS, smem);
+    } else {
+      if (allow_smem<__half, false, false, 4, false>(&limit) != 0 || smem > limit) return 0;
+      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, w4a16_gemv_kernel<__half, false, false, 4, false>, THREADS, smem);
+    }
+  } else if (M > 8) {
     if (allow_smem<__half, false, false, 2, BAL>(&limit) != 0 || smem > limit) return 0;
     e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, w4a16_gemv_kernel<__half, false, false, 2, BAL>, THREADS, smem);
   } else {
@@ -890,8 +990,12 @@ int ctas_per_sm(int per, int M, int group, int asym) {
 
 extern "C" {
 
-// The build's variant: warps * 100 + blocks per ring slot * 10 + ring slots.
-int w4a16_gemv_variant() { return W4_WARPS * 100 + W4_SB * 10 + W4_STAGES; }
+// The build's variant: row tiles per warp * 10000 + warps * 100 + blocks per ring slot * 10 + ring slots (row tiles
+// counted only when 2, so the session-6 builds answer as before).
+int w4a16_gemv_variant() { return (W4_RT > 1 ? W4_RT * 10000 : 0) + W4_WARPS * 100 + W4_SB * 10 + W4_STAGES; }
+
+// The largest M this build takes.
+int w4a16_gemv_max_m() { return MAX_M; }
 
 // Output rows per CTA (one split-K counter per row group).
 int w4a16_gemv_rows_per_cta() { return ROWS; }
@@ -906,8 +1010,9 @@ int w4a16_gemv_ctas_per_sm(int per, int M, int group, int asym, int bf16, int ba
   return bal ? ctas_per_sm<true>(per, M, group, asym) : ctas_per_sm<false>(per, M, group, asym);
 }
 
-// Returns 0, a cudaError_t, or -1 (M outside 1..16), -2 (group not 64/128), -3 (bad split: S * per must
-// cover the K blocks, S > 1 needs ws and counters), -4 (shared memory over the device's per-block limit).
+// Returns 0, a cudaError_t, or -1 (M outside 1..64), -2 (group not 64/128), -3 (bad split: S * per must
+// cover the K blocks, S > 1 needs ws and counters; the balanced schedule with M > 16), -4 (shared memory over the
+// device's per-block limit), -5 (see w4a16_gemv_x), -6 (an input transform with M > 16).
 // x (M, K) row stride ldx; q (N, Kp/8) int32; s (G, N); z (G, N) uint8 or null; out (M, N) contiguous;
 // ws >= S * M * N floats and counters >= ceil(N / rows_per_cta) zero ints when S > 1.
 // flags: bit 0 = programmatic dependent launch; bit 1 (with bit 0) = read the weights and scales before waiting
@@ -923,6 +1028,8 @@ int w4a16_gemv_x(const void* x, int x_is_bf16, const void* q, const void* s, con
                  int* counters, int M, int N, int K, int ldx, int group, int per, int S, int flags, void* stream_,
                  int xform, const void* y, const void* nw, void* s_out, float eps) {
   if (M < 1 || M > MAX_M) return -1;
+  if (xform != 0 && M > XFORM_MAX_M) return -6;
+  if ((flags & 8) && M > 16) return -3;  // the balanced schedule is built for up to 16 tokens
 #ifndef W4_XFORM
   if (xform != 0) return -5;  // this library was built without the fused inputs
 #endif
@@ -976,10 +1083,7 @@ int w4a16_gemv_x(const void* x, int x_is_bf16, const void* q, const void* s, con
   a.s_out = static_cast<uint16_t*>(s_out);
   a.eps = eps;
 #endif
-  if (x_is_bf16) {
-    return M > 8 ? by_variant<__nv_bfloat16, 2>(a, asym, g64, pdl, stream) : by_variant<__nv_bfloat16, 1>(a, asym, g64, pdl, stream);
-  }
-  return M > 8 ? by_variant<__half, 2>(a, asym, g64, pdl, stream) : by_variant<__half, 1>(a, asym, g64, pdl, stream);
+  return x_is_bf16 ? by_tokens<__nv_bfloat16>(a, asym, g64, pdl, stream) : by_tokens<__half>(a, asym, g64, pdl, stream);
 }
 
 int w4a16_gemv(const void* x, int x_is_bf16, const void* q, const void* s, const void* z, void* out, float* ws,
