@@ -433,6 +433,10 @@ def _launch_gemv(x2, weight, sw, out, cfg: dict) -> torch.Tensor:
     mt = triton.next_power_of_2(m)
     warps = cfg.get("num_warps", 4)
     bn = cfg.get("BN") or _gemv_rows(n, x2.device)
+    if xf and not cfg.get("BN"):
+        # Every program reads the M rows twice from L2 (absmax, then codes: 4 M K bytes): with at least 4 M weight rows
+        # per program (4 M K bytes from DRAM) those reads stay below the weight stream.
+        bn = max(bn, 4 * mt)
     # Words per step: `acc` accumulator elements per thread (BN x MT x BW / threads; default 32: 56-80 registers
     # at 4 warps in the sm_90 build, where MT = 8 with 128 words spilled nothing but took 227 and MT = 16 spilled).
     bw = cfg.get("BW") or max(16, cfg.get("acc", 32) * 32 * warps // (bn * mt))
