@@ -635,12 +635,21 @@ def _check(x, qweight, scales, zeros, group_size):
     return n, k
 
 
-def _config(m: int, n: int) -> dict:
-    """Kernel and tiles by M: the winners of the H100 sweep of 2026-11-22 (bench/results/h100/kernels/tuned.json,
-    NOTES.md), which produced the W4A16 table there."""
+# Per layer shape (N, K) and M bucket (16: M = 2..16, 32: 17..32, 64: 33..64), measured winners of session 8's
+# sweep (bench/results/h100/kernels_s8_w4a16/README.md); shapes and buckets not listed take the M tables below.
+SHAPE_TUNED: dict[tuple[int, int], dict[int, dict]] = {}
+
+
+def _config(m: int, n: int, k: int | None = None) -> dict:
+    """Kernel and tiles by M (and by layer shape where SHAPE_TUNED lists it): the winners of the H100 sweep of
+    2026-11-22 (bench/results/h100/kernels/tuned.json, NOTES.md), which produced the W4A16 table there."""
     tuned = tuned_config("w4a16", m)
     if tuned:
         return tuned
+    if k is not None and 1 < m <= 64:
+        got = SHAPE_TUNED.get((n, k), {}).get(16 if m <= 16 else (32 if m <= 32 else 64))
+        if got:
+            return dict(got)
     if m == 1:
         return {"kind": "tc", "BM": 16, "BN": 64, "num_warps": 4, "num_stages": 2, "NB": 4}
     if m <= 16:
@@ -658,7 +667,7 @@ def _launch(x, qweight, scales, zeros, group_size: int, config: dict | None = No
     out = torch.empty(m, n, device=x.device, dtype=x.dtype)
     if m == 0:
         return out.reshape(*lead, n)
-    cfg = dict(config or _config(m, n))
+    cfg = dict(config or _config(m, n, k))
     if cfg["kind"] == "dequant":  # large M: one dequantization pass, then cuBLAS
         w = dequantize_w4a16(qweight, scales.to(x.dtype), zeros, group_size, k)
         return torch.nn.functional.linear(x2, w).reshape(*lead, n)

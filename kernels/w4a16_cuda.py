@@ -64,7 +64,9 @@ def rows_per_cta(name: str) -> int:
 # Evidence (H100, bench/results/h100/kernels/w4a16_cuda_s4.md): the best geometric mean over 12 Llama-3 / Qwen3
 # layer shapes at M = 1 (w8b2s3 waves 0.5: 16.2 us, the first default w4b2s4 waves 1: 17.2) and at M = 16
 # (w16b2s2 waves 1: 29.9 us; the 4-warp variants 40-49 us).
-DEFAULTS = {8: ("w8b2s3", 0.5), 16: ("w16b2s2", 1.0), 32: ("w8b2s2r2", 1.0), 64: ("w4b2s3r2", 1.0)}
+# M = 17..32 / 33..64 (session 8, call 1, 8B q/o, one process): w16b2s2 waves 1 17.7 / 30.6 us; the two-row-tile
+# builds 24.0-45.9 / 43.4-124 us (bench/results/h100/kernels_s8_w4a16/README.md).
+DEFAULTS = {8: ("w8b2s3", 0.5), 16: ("w16b2s2", 1.0), 32: ("w16b2s2", 1.0), 64: ("w16b2s2", 1.0)}
 DEFAULT_VARIANT = "w8b2s3"  # the one the tests build first
 # Measured winners per layer shape, same run: (N, K) -> {M bucket: (variant, waves, cluster reduction)}. The
 # variant and waves are the fastest plain launch at M = 1 (bucket 8) or M = 16 (bucket 16); cluster where the

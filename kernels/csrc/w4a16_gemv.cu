@@ -866,12 +866,66 @@ __global__ void __launch_bounds__(THREADS, min_ctas(MT)) w4a16_gemv_kernel(const
   if (!last) return;
   __threadfence();
   const int rows_here = min(ROWS, a.N - n_base);
-  for (int e = threadIdx.x; e < a.M * rows_here; e += THREADS) {
-    const int m = e / rows_here, row = n_base + e % rows_here;
-    float sum = 0.f;
+  if (((a.N | rows_here) & 3) == 0) {
+    // Session 8: 4 rows per 16-byte load and E of them x 4 splits in flight per thread. The scalar loop below
+    // keeps 8 loads in flight, so the last CTA paid one L2 round trip per element and thread: M x rows / THREADS
+    // of them (32 at 64 tokens x 256 rows), a tail that grew with M. Same additions in the same (split) order,
+    // so the same bytes.
+    constexpr int E = 2;
+    const int q4 = rows_here >> 2, total = a.M * q4;
+    const size_t stride = (size_t)a.M * a.N;  // one split's partials
+    for (int base = threadIdx.x; base < total; base += E * THREADS) {
+      float4 sum[E];
+      size_t off[E];
+      bool ok[E];
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        const int idx = base + e * THREADS;
+        ok[e] = idx < total;
+        off[e] = ok[e] ? (size_t)(idx / q4) * a.N + n_base + 4 * (idx % q4) : 0;
+        sum[e] = make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+      for (int sp0 = 0; sp0 < a.S; sp0 += 4) {
+        float4 v[E][4];
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            v[e][j] = ok[e] && sp0 + j < a.S
+                          ? __ldcg(reinterpret_cast<const float4*>(a.ws + (size_t)(sp0 + j) * stride + off[e]))
+                          : make_float4(0.f, 0.f, 0.f, 0.f);
+          }
+        }
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            if (sp0 + j < a.S) {
+              sum[e].x += v[e][j].x;
+              sum[e].y += v[e][j].y;
+              sum[e].z += v[e][j].z;
+              sum[e].w += v[e][j].w;
+            }
+          }
+        }
+      }
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        if (ok[e]) {
+          const uint2 h = make_uint2((uint32_t)to_bits<T>(sum[e].x) | ((uint32_t)to_bits<T>(sum[e].y) << 16),
+                                     (uint32_t)to_bits<T>(sum[e].z) | ((uint32_t)to_bits<T>(sum[e].w) << 16));
+          *reinterpret_cast<uint2*>(a.out + off[e]) = h;
+        }
+      }
+    }
+  } else {
+    for (int e = threadIdx.x; e < a.M * rows_here; e += THREADS) {
+      const int m = e / rows_here, row = n_base + e % rows_here;
+      float sum = 0.f;
 #pragma unroll 8
-    for (int sp = 0; sp < a.S; ++sp) sum += __ldcg(a.ws + ((size_t)sp * a.M + m) * a.N + row);
-    a.out[(size_t)m * a.N + row] = to_bits<T>(sum);
+      for (int sp = 0; sp < a.S; ++sp) sum += __ldcg(a.ws + ((size_t)sp * a.M + m) * a.N + row);
+      a.out[(size_t)m * a.N + row] = to_bits<T>(sum);
+    }
   }
   if (threadIdx.x == 0) a.counters[blockIdx.x] = 0;
 }

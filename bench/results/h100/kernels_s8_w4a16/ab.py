@@ -29,21 +29,36 @@ import torch.nn.functional as F
 from compress.bench import kernel_timing as kt
 from kernels import w4a16_cuda
 from kernels.cases import LLAMA_SHAPES, make_int4
+from kernels import w4a16 as w4tri
 from kernels.w4a16 import w4a16_linear, w4a16_linear_ref
 
 os.environ.pop("COMPRESS_W4A16_PICKS", None)
 OUT = sys.argv[1]
 OLD_SRC = Path(sys.argv[2]) if len(sys.argv) > 2 and Path(sys.argv[2]).is_file() else None
 LIMIT_S = float(os.environ.get("AB_LIMIT_S", "1e9"))  # stop timing candidates after this (the table still prints)
-MS = (1, 16, 32, 64)
+MS = tuple(int(v) for v in os.environ.get("AB_MS", "1,16,32,64").split(","))
 OLD_BUILT = ("w8b2s3", "w16b2s2")  # the old-source variants run.sh builds (others would compile inside the timing)
 WIDE = ["w4b2s3r2", "w4b2s4r2", "w8b2s2r2", "w8b2s3r2"]
 # (variant, waves, cluster) per M
-CANDS = {16: [(v, 1.0, False) for v in WIDE] + [("w8b2s3r2", 0.5, False), ("w4b2s3r2", 1.0, True)],
-         32: [("w8b2s3", 1.0, False), ("w16b2s2", 1.0, False)] + [(v, 1.0, False) for v in WIDE]
-         + [("w4b2s3r2", 1.0, True), ("w8b2s2r2", 2.0, False)],
-         64: [("w8b2s3", 1.0, False), ("w16b2s2", 1.0, False)] + [(v, 1.0, False) for v in WIDE]
-         + [("w4b2s3r2", 1.0, True), ("w8b2s2r2", 2.0, False)]}
+# Call 1 timed the first list on 8B q/o and k/v only (its time limit); call 2 (the vectorised split-K tail) the
+# second on every shape, and Triton tile candidates (TRITON_CANDS) beside the launcher's current choice.
+if os.environ.get("AB_CALL", "2") == "1":
+    CANDS = {16: [(v, 1.0, False) for v in WIDE] + [("w8b2s3r2", 0.5, False), ("w4b2s3r2", 1.0, True)],
+             32: [("w8b2s3", 1.0, False), ("w16b2s2", 1.0, False)] + [(v, 1.0, False) for v in WIDE]
+             + [("w4b2s3r2", 1.0, True), ("w8b2s2r2", 2.0, False)],
+             64: [("w8b2s3", 1.0, False), ("w16b2s2", 1.0, False)] + [(v, 1.0, False) for v in WIDE]
+             + [("w4b2s3r2", 1.0, True), ("w8b2s2r2", 2.0, False)]}
+else:
+    CANDS = {16: [("w4b2s3r2", 1.0, True), ("w8b2s2r2", 1.0, True), ("w8b2s3r2", 1.0, False), ("w16b2s2", 1.0, True),
+                  ("w16b2s2", 2.0, False)],
+             32: [("w16b2s2", 1.0, False), ("w16b2s2", 1.0, True), ("w8b2s3", 1.0, False), ("w8b2s2r2", 1.0, False),
+                  ("w8b2s2r2", 1.0, True), ("w16b2s2", 2.0, False)],
+             64: [("w16b2s2", 1.0, False), ("w16b2s2", 1.0, True), ("w8b2s3", 1.0, False), ("w8b2s2r2", 1.0, False),
+                  ("w8b2s2r2", 1.0, True), ("w16b2s2", 2.0, False)]}
+_tc = lambda bm, bn, nb, w, st, **kw: {"kind": "tc", "BM": bm, "BN": bn, "NB": nb, "num_warps": w, "num_stages": st, **kw}  # noqa: E731
+TRITON_CANDS = {16: [_tc(16, 64, 4, 4, 3), _tc(16, 128, 4, 8, 3), _tc(16, 128, 2, 8, 3, waves=4.0)],
+                32: [_tc(32, 128, 2, 8, 3), _tc(32, 64, 4, 4, 3), _tc(32, 128, 2, 8, 3, waves=4.0)],
+                64: [_tc(64, 128, 2, 8, 3), _tc(64, 64, 2, 4, 3), _tc(64, 128, 1, 8, 2, waves=4.0)]}
 dev = torch.device("cuda")
 t0 = time.time()
 
@@ -93,6 +108,14 @@ class OldSource:
         w4a16_cuda.SRC = self.saved_src
 
 
+def _short(cfg: dict) -> str:
+    """A Triton config as BMxBNxNB/warps/stages[wWAVES]."""
+    if cfg.get("kind") != "tc":
+        return cfg.get("kind", "?")
+    return f"{cfg['BM']}x{cfg['BN']}x{cfg.get('NB', 1)}/{cfg['num_warps']}w{cfg.get('num_stages', 1)}s" + (
+        f"w{cfg['waves']}" if "waves" in cfg else "")
+
+
 def timed(call, weights, want):
     err, same = checked(lambda: call(weights), want)
     return {"us": 1000 * kt.call_ms(call, weights), "err": err, "same": same}
@@ -103,7 +126,7 @@ def main():
     old = OldSource(OLD_SRC) if OLD_SRC else None
     res = {"device": torch.cuda.get_device_name(), "copy_gbs": kt.copy_bandwidth_gbs(dev), "rows": {}}
     log(f"copy bandwidth {res['copy_gbs']:.0f} GB/s; old source {OLD_SRC}")
-    picks = {}
+    picks, tpicks = {}, {}
     for label, n, k in LLAMA_SHAPES:
         p = make_int4(n, k, 128, True, torch.float16, "cuda", seed=n + k)
         w = torch.randn(n, k, device="cuda").half()
@@ -113,6 +136,26 @@ def main():
             r = {"fp16_us": 1000 * kt.call_ms(lambda w_: F.linear(x, w_), w)}
             if m >= 16:
                 r["triton"] = timed(lambda p_: w4a16_linear(x, p_["qweight"], p_["scales"], None, 128), p, want)
+                r["triton"]["cfg"] = w4tri._config(m, n, k)
+                r["tcands"] = {}
+                for cfg in TRITON_CANDS.get(m, []):
+                    if time.time() - t0 > LIMIT_S:
+                        break
+                    key = json.dumps(cfg, sort_keys=True)
+                    call = lambda p_, cfg=cfg: w4tri._launch(x, p_["qweight"], p_["scales"], None, 128, cfg)  # noqa: E731
+                    try:
+                        r["tcands"][key] = timed(call, p, want)
+                    except Exception as e:
+                        r["tcands"][key] = {"us": float("inf"), "err": float("inf"), "same": False, "error": str(e)[:200]}
+                tok = {c: v for c, v in r["tcands"].items() if v["err"] < 2e-3 and v["same"]}
+                if tok:
+                    tbest = min(tok, key=lambda c: tok[c]["us"])
+                    if tok[tbest]["us"] < 0.98 * r["triton"]["us"]:
+                        cfg = json.loads(tbest)
+                        call = lambda p_, cfg=cfg: w4tri._launch(x, p_["qweight"], p_["scales"], None, 128, cfg)  # noqa: E731
+                        r["tpick"] = {"cfg": cfg, "us_again": 1000 * kt.call_ms(call, p)}
+                        tbucket = 16 if m <= 16 else (32 if m <= 32 else 64)
+                        tpicks.setdefault(f"{n},{k}", {})[str(tbucket)] = cfg
             name, waves, cluster, _ = w4a16_cuda.default_config(m, n, k)
             cur = lambda p_, nm=name, wv=waves, cl=cluster: w4a16_cuda._launch(  # noqa: E731
                 x, p_["qweight"], p_["scales"], None, 128, name=nm, waves=wv, cluster=cl)
@@ -150,20 +193,27 @@ def main():
             cuda_us = r["pick"]["us_again"] if "pick" in r else r["cur"]["us"]
             cuda_ok = ("pick" in r) or (r["cur"]["err"] < 2e-3 and r["cur"]["same"])
             tri_us = r["triton"]["us"] if "triton" in r else float("inf")
+            if "tpick" in r:
+                tri_us = min(tri_us, r["tpick"]["us_again"])
             r["ours_us"] = min(cuda_us if cuda_ok else float("inf"), tri_us)
-            r["path"] = ("cuda " + (r["pick"]["key"] if "pick" in r else r["cur"]["plan"])) if r["ours_us"] < tri_us else "triton"
+            r["path"] = ("cuda " + (r["pick"]["key"] if "pick" in r else r["cur"]["plan"])) if r["ours_us"] < tri_us else \
+                ("triton " + _short(r["tpick"]["cfg"] if "tpick" in r else r["triton"]["cfg"]))
             res["rows"][f"{label}|{m}"] = r
             c = r["cur"]
             log(f"{label:17s} M={m:2d} fp16 {r['fp16_us']:7.2f} | cur {c['us']:7.2f} ({c['plan']}, err {c['err']:.1e}, "
                 f"same {c['same']})" + (f" | old {r['old'].get('us', float('nan')):7.2f}" if "old" in r else "")
                 + (f" | triton {tri_us:7.2f}" if "triton" in r else "")
-                + (f" | pick {r['pick']['key']} {r['pick']['us_again']:.2f}" if "pick" in r else "") + " | "
-                + " ".join(f"{cc}:{v['us']:.2f}{'' if v['err'] < 2e-3 and v['same'] else '!BAD'}" for cc, v in r["cands"].items()))
+                + (f" | pick {r['pick']['key']} {r['pick']['us_again']:.2f}" if "pick" in r else "")
+                + (f" | tpick {_short(r['tpick']['cfg'])} {r['tpick']['us_again']:.2f}" if "tpick" in r else "") + " | "
+                + " ".join(f"{cc}:{v['us']:.2f}{'' if v['err'] < 2e-3 and v['same'] else '!BAD'}" for cc, v in r["cands"].items())
+                + " | " + " ".join(f"{_short(json.loads(cc))}:{v['us']:.2f}{'' if v['err'] < 2e-3 and v['same'] else '!BAD'}"
+                                   for cc, v in r.get("tcands", {}).items()))
         del p, w
         torch.cuda.empty_cache()
-        json.dump(res | {"picks": picks}, open(f"{OUT}/ab.json", "w"), indent=1)
+        json.dump(res | {"picks": picks, "triton_picks": tpicks}, open(f"{OUT}/ab.json", "w"), indent=1)
     json.dump(picks, open(f"{OUT}/picks.json", "w"), indent=1)
     log(f"picks {picks}")
+    log(f"triton picks {tpicks}")
 
     print("\n| layer | M | fp16 us | ours us | ratio | path | CUDA cur us | old src us | Triton us |")
     print("|---|---|---|---|---|---|---|---|---|")

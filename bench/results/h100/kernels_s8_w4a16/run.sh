@@ -1,10 +1,13 @@
 #!/bin/bash
 # Session 8 device call for the W4A16 CUDA GEMV at M = 16..64 (repository root, kind nvidia-h100-x1), OUT=$OUT:
-#   build  every variant of the new source in parallel, and w8b2s3 / w16b2s2 of the session-start source (OLD_REV)
+#   build  every variant of the new source (or those in BUILD) in parallel, and w8b2s3 / w16b2s2 of the
+#          session-start source (OLD_REV)
 #   tests  the session-8 GPU tests, then the GPU tests of tests/test_w4a16_cuda.py that cover the kernel's math
+#   tests2 (call 2) GPU tests on the built variants only: wide M, refusals, cluster = workspace bytes, graphs
 #   ab     ab.py: fp16 / Triton / CUDA (current, old source, candidates) at M = 1, 16, 32, 64 -> picks.json, table
 #   table  (if >= 80 s are left) `compress.bench.kernels --suite w4a16 --quick` with COMPRESS_W4A16_PICKS=picks.json
 #   s7     (if >= 50 s are left) tests/test_s7_decode_fused.py (the fused decode GEMVs on the changed main loop)
+# Call 1: LIMIT=270 bash run.sh; call 2: STAGES="build tests2 ab" BUILD="..." (see README.md).
 # Every limit counts from the script's start (LIMIT, seconds), so a later stage gets what is left.
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -29,7 +32,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from kernels import cuda_build, w4a16_cuda
 t = time.time(); arch = cuda_build.arch(torch.device('cuda'))
-jobs = [(w4a16_cuda.SRC, nm) for nm in sorted(w4a16_cuda.VARIANTS)]
+names = '${BUILD:-}'.split() or sorted(w4a16_cuda.VARIANTS)
+jobs = [(w4a16_cuda.SRC, nm) for nm in names]
 if Path('$OLD').is_file():
     jobs += [(Path('$OLD'), nm) for nm in ('w8b2s3', 'w16b2s2')]
 def one(job):
@@ -40,6 +44,10 @@ def one(job):
 with ThreadPoolExecutor(len(jobs)) as pool:
     list(pool.map(one, jobs))
 print(f'built {len(jobs)} libraries in {time.time() - t:.1f} s')" 2>&1 | tee -a "$LOG" | tail -3 ;;
+    tests2)  # call 2: the session-6 GPU tests on the new source (two-row-tile builds among the variants)
+      timeout ${TEST_S:-60} python3 -m pytest tests/test_w4a16_cuda.py tests/test_s8_w4a16_wide.py -q -p no:cacheprovider \
+        -k "not compiles and not every and (wide or refuses or same_inputs or cluster or gemv_matches or leading or split_plans)" \
+        2>&1 | tee -a "$LOG" | grep --line-buffered -E "passed|failed|Error|^FAILED|assert" | cut -c1-300 | tail -15 ;;
     tests)
       timeout ${TEST_S:-75} python3 -m pytest tests/test_s8_w4a16_wide.py tests/test_w4a16_cuda.py -q -x -p no:cacheprovider \
         -k "not compiles and (wide or every or same or cluster or back_to_back or gemv_matches or balanced_schedule or leading)" \
