@@ -481,6 +481,17 @@ def _launch(x, weight, w_scale, config: dict | None = None) -> torch.Tensor:
     return _gemm(xin, sx, weight, sw, out, cfg, fused=fused, pdl=pdl, chain=chain).reshape(*lead, n)
 
 
+def _split(tiles: int, k_steps: int, cfg: dict, device: torch.device) -> int:
+    """K splits of `_w8a8_kernel` for a config: "split" as given; "fit" n: the most that keep the grid within n
+    programs per SM (rounded down), each >= 2 K steps; else `waves` programs per SM, rounded up (kernels._common's
+    plan_split_k; e.g. 8B down at M = 16: 64 tiles x 3 = 192 programs, 2 on 60 SMs and 1 on the other 72)."""
+    if cfg.get("split"):
+        return cfg["split"]
+    if cfg.get("fit"):
+        return max(1, min(cfg["fit"] * num_sms(device) // tiles, k_steps // 2))
+    return plan_split_k(tiles, k_steps, device, cfg.get("waves") or 2.0)
+
+
 def _gemm(xin, sx, weight, sw, out, cfg: dict, fused: bool = False, pdl: int = 0, chain: int = 0) -> torch.Tensor:
     """`_w8a8_kernel` into out (M, N): on int8 xin (M, K) with scales sx (M,) (fused False; the sweeps call this
     directly to time the GEMM without the quantizer), or on the fp16/bf16 x (fused: each program quantizes).
@@ -489,7 +500,7 @@ def _gemm(xin, sx, weight, sw, out, cfg: dict, fused: bool = False, pdl: int = 0
     n = weight.shape[0]
     k_steps = triton.cdiv(k, cfg["BK"])
     n_tiles, m_tiles = triton.cdiv(n, cfg["BN"]), triton.cdiv(m, cfg["BM"])
-    split = cfg.get("split") or plan_split_k(n_tiles * m_tiles, k_steps, xin.device, cfg.get("waves") or 2.0)
+    split = _split(n_tiles * m_tiles, k_steps, cfg, xin.device)
     per_steps = triton.cdiv(k_steps, split)
     split = triton.cdiv(k_steps, per_steps)
     ws, locks = splitk_buffers(xin.device, n_tiles * m_tiles, split, cfg["BN"] * cfg["BM"])

@@ -21,6 +21,7 @@ CANDIDATES = {  # the sweep's new configs at M <= 16 (bench/results/h100/kernels
     "xf-chain": dict(XF_SMALL, pdl=1, chain=1),
     "gemm-late": dict(GEMM, split=2, pdl=2048, chain="late"),
     "fused-pdl": dict(GEMM, fused=True, split=2, pdl=2048, chain=1),
+    "gemm-fit": dict(GEMM, split=None, fit=1, pdl=2048),
 }
 SMALL_M = [(m, n, k) for m, n, k in TEST_SHAPES_W8A8 if m <= 16] + [(2, 72, 96), (4, 40, 1040), (16, 24, 64), (7, 8, 16)]
 
@@ -68,6 +69,18 @@ def test_gemm_alone_on_quantized_x_equals_the_launcher(shape):
     xq, sx = quantize_per_token(x)
     out = torch.empty(m, n, device=DEVICE, dtype=x.dtype)
     assert torch.equal(_gemm(xq, sx, wq, ws, out, GEMM), _launch(x, wq, ws, GEMM))
+
+
+def test_fit_splits_k_within_the_programs_per_sm():
+    # 8B down_proj at M = 16 with 64-row weight tiles of 256 K: 64 tiles, 56 K steps, on the H100's 132 SMs (the
+    # interpreter's default): "fit" 1 -> 2 splits (128 programs), "fit" 2 -> 4 (256); session 5's `waves` 1 rounds up
+    # to 3 (192). K steps per split stay >= 2 (16 tiles x 8 steps: 4 splits, not 8).
+    from kernels.w8a8 import _split
+
+    cpu = torch.device("cpu")
+    assert [_split(64, 56, {"fit": f}, cpu) for f in (1, 2)] == [2, 4]
+    assert _split(64, 56, {"waves": 1}, cpu) == 3 and _split(64, 56, {"split": 5, "fit": 1}, cpu) == 5
+    assert _split(16, 8, {"fit": 1}, cpu) == 4 and _split(448, 32, {"fit": 1}, cpu) == 1
 
 
 def test_exact_m_tuned_entry_wins_over_the_bucket(tmp_path, monkeypatch):
