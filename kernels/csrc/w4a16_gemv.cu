@@ -867,11 +867,11 @@ __global__ void __launch_bounds__(THREADS, min_ctas(MT)) w4a16_gemv_kernel(const
   __threadfence();
   const int rows_here = min(ROWS, a.N - n_base);
   if (((a.N | rows_here) & 3) == 0) {
-    // Session 8: 4 rows per 16-byte load and E of them x 4 splits in flight per thread. The scalar loop below
+    // Session 8: 4 rows per 16-byte load and E of them x J splits in flight per thread. The scalar loop below
     // keeps 8 loads in flight, so the last CTA paid one L2 round trip per element and thread: M x rows / THREADS
     // of them (32 at 64 tokens x 256 rows), a tail that grew with M. Same additions in the same (split) order,
     // so the same bytes.
-    constexpr int E = 2;
+    constexpr int E = 2, J = MT > 2 ? 8 : 4;  // J = 8 would raise the <= 16-token builds' registers (72 -> 110)
     const int q4 = rows_here >> 2, total = a.M * q4;
     const size_t stride = (size_t)a.M * a.N;  // one split's partials
     for (int base = threadIdx.x; base < total; base += E * THREADS) {
@@ -885,12 +885,12 @@ __global__ void __launch_bounds__(THREADS, min_ctas(MT)) w4a16_gemv_kernel(const
         off[e] = ok[e] ? (size_t)(idx / q4) * a.N + n_base + 4 * (idx % q4) : 0;
         sum[e] = make_float4(0.f, 0.f, 0.f, 0.f);
       }
-      for (int sp0 = 0; sp0 < a.S; sp0 += 4) {
-        float4 v[E][4];
+      for (int sp0 = 0; sp0 < a.S; sp0 += J) {
+        float4 v[E][J];
 #pragma unroll
         for (int e = 0; e < E; ++e) {
 #pragma unroll
-          for (int j = 0; j < 4; ++j) {
+          for (int j = 0; j < J; ++j) {
             v[e][j] = ok[e] && sp0 + j < a.S
                           ? __ldcg(reinterpret_cast<const float4*>(a.ws + (size_t)(sp0 + j) * stride + off[e]))
                           : make_float4(0.f, 0.f, 0.f, 0.f);
@@ -899,7 +899,7 @@ __global__ void __launch_bounds__(THREADS, min_ctas(MT)) w4a16_gemv_kernel(const
 #pragma unroll
         for (int e = 0; e < E; ++e) {
 #pragma unroll
-          for (int j = 0; j < 4; ++j) {
+          for (int j = 0; j < J; ++j) {
             if (sp0 + j < a.S) {
               sum[e].x += v[e][j].x;
               sum[e].y += v[e][j].y;

@@ -51,10 +51,10 @@ if os.environ.get("AB_CALL", "2") == "1":
 else:
     CANDS = {16: [("w4b2s3r2", 1.0, True), ("w8b2s2r2", 1.0, True), ("w8b2s3r2", 1.0, False), ("w16b2s2", 1.0, True),
                   ("w16b2s2", 2.0, False)],
-             32: [("w16b2s2", 1.0, False), ("w16b2s2", 1.0, True), ("w8b2s3", 1.0, False), ("w8b2s2r2", 1.0, False),
-                  ("w8b2s2r2", 1.0, True), ("w16b2s2", 2.0, False)],
-             64: [("w16b2s2", 1.0, False), ("w16b2s2", 1.0, True), ("w8b2s3", 1.0, False), ("w8b2s2r2", 1.0, False),
-                  ("w8b2s2r2", 1.0, True), ("w16b2s2", 2.0, False)]}
+             32: [("w16b2s2", 1.0, False), ("w16b2s2", 1.0, True), ("w8b2s3", 1.0, False), ("w8b2s3", 1.0, True),
+                  ("w4b2s4", 1.0, True), ("w8b2s2r2", 1.0, False), ("w8b2s2r2", 1.0, True), ("w16b2s2", 2.0, False)],
+             64: [("w16b2s2", 1.0, False), ("w16b2s2", 1.0, True), ("w8b2s3", 1.0, False), ("w8b2s3", 1.0, True),
+                  ("w4b2s4", 1.0, True), ("w8b2s2r2", 1.0, False), ("w8b2s2r2", 1.0, True), ("w16b2s2", 2.0, False)]}
 _tc = lambda bm, bn, nb, w, st, **kw: {"kind": "tc", "BM": bm, "BN": bn, "NB": nb, "num_warps": w, "num_stages": st, **kw}  # noqa: E731
 TRITON_CANDS = {16: [_tc(16, 64, 4, 4, 3), _tc(16, 128, 4, 8, 3), _tc(16, 128, 2, 8, 3, waves=4.0)],
                 32: [_tc(32, 128, 2, 8, 3), _tc(32, 64, 4, 4, 3), _tc(32, 128, 2, 8, 3, waves=4.0)],
