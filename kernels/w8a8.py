@@ -373,7 +373,8 @@ def _check(x, weight, w_scale):
 
 
 def _config(m: int) -> dict:
-    """Kernel and tiles by M. Every M quantizes x once (`quantize_per_token`). M <= 2 and 3..16 and > 64: the
+    """Kernel and tiles by M. Every M quantizes x once (`quantize_per_token`). M = 3..16: `_config_s8` (session 8's
+    grid for session 5's GEMM). M <= 2 and > 64 (and session 5's 3..16, `_config_pointer_gemm`): the
     winners of session 5's H100 sweep under rotating timing (`python -m compress.bench.kernel_tune --final w8a8`,
     bench/results/h100/kernels_s5/: median speedup over fp16 on the 8 Llama-3 shapes: M = 2 few-token GEMV 1.79x
     (GEMM 1.60x); M = 8 and 16 GEMM with one wave 1.60x (the two-wave tiles before: 1.41x); M = 256 64x128 tiles,
@@ -384,7 +385,20 @@ def _config(m: int) -> dict:
     tuned = tuned_config(f"w8a8@{m}", m) or tuned_config("w8a8", m)  # an exact-M entry first (see below)
     if tuned:
         return tuned
+    if 2 < m <= 16:
+        return _config_s8(m)
     return _config_pointer_gemm(m)
+
+
+def _config_s8(m: int) -> dict:
+    """M = 3..16: session 5's GEMM tiles with session 8's grid (bench/results/h100/kernels_s8_w8a8/, call 2, one
+    process, median speedup over fp16 on the 8 Llama-3 shapes): K split so the grid stays within one program per SM
+    ("fit"; session 5 rounded up to 1.5-1.9 per SM) -- M = 4: 1.623x -> 1.657x; and at M > 4 six stages where that grid
+    holds at most one program per SM ("deep") -- M = 8: 1.610x -> 1.659x, M = 16: 1.614x -> 1.643x (70B q/o_proj
+    1.64x -> 1.78x). The M = 8/16 figures combine two configs of that run per shape: "fit s6" where 64-row weight
+    tiles are at most the SMs, session 5's config where they are more (both launch then exactly as timed)."""
+    cfg = {"BM": 16, "BN": 64, "BK": 256, "num_warps": 4, "num_stages": 4, "fused": False, "fit": 1, "pdl": 2048}
+    return cfg if m <= 4 else dict(cfg, deep=6)
 
 
 def _config_pointer_gemm(m: int) -> dict:
@@ -492,6 +506,16 @@ def _split(tiles: int, k_steps: int, cfg: dict, device: torch.device) -> int:
     return plan_split_k(tiles, k_steps, device, cfg.get("waves") or 2.0)
 
 
+def _stages(programs: int, cfg: dict, device: torch.device) -> int:
+    """Pipeline depth: "num_stages", or "deep" where the grid holds at most one program per SM (the smem a second
+    program would take then deepens the weight prefetch instead). Session 8, M = 8/16 (sweep_s8.py): 6 stages took
+    70B q/o 29.2 -> 26.8 us on 128 programs, but 8B gate/up 24.7 -> 25.5 us on 224, where 120 KB of smem per
+    program leaves one program per SM and a second wave."""
+    if cfg.get("deep") and programs <= num_sms(device):
+        return cfg["deep"]
+    return cfg.get("num_stages", 3)
+
+
 def _gemm(xin, sx, weight, sw, out, cfg: dict, fused: bool = False, pdl: int = 0, chain: int = 0) -> torch.Tensor:
     """`_w8a8_kernel` into out (M, N): on int8 xin (M, K) with scales sx (M,) (fused False; the sweeps call this
     directly to time the GEMM without the quantizer), or on the fp16/bf16 x (fused: each program quantizes).
@@ -503,6 +527,7 @@ def _gemm(xin, sx, weight, sw, out, cfg: dict, fused: bool = False, pdl: int = 0
     split = _split(n_tiles * m_tiles, k_steps, cfg, xin.device)
     per_steps = triton.cdiv(k_steps, split)
     split = triton.cdiv(k_steps, per_steps)
+    stages = _stages(n_tiles * m_tiles * split, cfg, xin.device)
     ws, locks = splitk_buffers(xin.device, n_tiles * m_tiles, split, cfg["BN"] * cfg["BM"])
     m_fast = bool(cfg.get("m_fast", False))
     _w8a8_kernel[(m_tiles, n_tiles, split) if m_fast else (n_tiles, m_tiles, split)](
@@ -510,7 +535,7 @@ def _gemm(xin, sx, weight, sw, out, cfg: dict, fused: bool = False, pdl: int = 0
         out.stride(0), QUANT_IN_KERNEL=fused, EPS=ACT_EPS, BN=cfg["BN"], BM=cfg["BM"], BK=cfg["BK"],
         PRO_BK=max(cfg["BK"], min(triton.next_power_of_2(k), 16384 // cfg["BM"])),
         PDL_PREFETCH=_pow2_floor(min(pdl, per_steps * cfg["BK"])) if pdl else 0, M_FAST=m_fast, CHAIN=chain,
-        num_warps=cfg["num_warps"], num_stages=cfg.get("num_stages", 3), **({"launch_pdl": True} if pdl else {}),
+        num_warps=cfg["num_warps"], num_stages=stages, **({"launch_pdl": True} if pdl else {}),
     )
     return out
 

@@ -83,6 +83,26 @@ def test_fit_splits_k_within_the_programs_per_sm():
     assert _split(16, 8, {"fit": 1}, cpu) == 4 and _split(448, 32, {"fit": 1}, cpu) == 1
 
 
+def test_deep_pipeline_only_where_the_grid_fits_one_program_per_sm():
+    # "deep" stages where the grid holds <= one program per SM (132 on the H100, the interpreter's default), else
+    # "num_stages": 70B q/o at M = 16 runs 128 programs (6 stages), 8B gate/up 224 (4).
+    from kernels.w8a8 import _stages
+
+    cpu = torch.device("cpu")
+    cfg = _config(16)
+    assert cfg["fit"] == 1 and _stages(128, cfg, cpu) == 6 and _stages(224, cfg, cpu) == 4
+    assert "deep" not in _config(4) and _stages(128, _config(4), cpu) == 4
+    assert _config(2)["kind"] == "gemv" and _config(17) == _config(32)
+
+
+@pytest.mark.parametrize("m", [3, 4, 5, 8, 16])
+def test_session8_default_matches_reference(m):
+    n, k = 200, 1040  # 4 weight tiles of 64, 4 K steps of 256 (the last one partial): split-K by "fit"
+    wq, ws = make_w8a8(n, k, DEVICE, seed=m)
+    x = torch.randn(m, k, device=DEVICE).half()
+    assert rel_err(w8a8_linear(x, wq, ws), w8a8_linear_ref(x, wq, ws)) < TOL[torch.float16]
+
+
 def test_exact_m_tuned_entry_wins_over_the_bucket(tmp_path, monkeypatch):
     bucket = dict(GEMM, split=2)
     path = tmp_path / "tuned.json"
