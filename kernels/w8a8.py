@@ -12,6 +12,11 @@ Kernels:
   bytes into L2 while the quantizer runs and waits (griddepcontrol.wait) before reading x.
 - `_w8a8_kernel` with QUANT_IN_KERNEL (config "fused": True): session 2's single-launch form (each program
   scans its rows for the absmax and quantizes tiles in registers), kept for the sweeps.
+- M = 3..16 (session 8, `_config_s8`): `_w8a8_kernel` with K split only as far as one program per SM ("fit") and a
+  deeper pipeline where that grid fits the SMs ("deep"); bench/results/h100/kernels_s8_w8a8/ says where a call's
+  microseconds go (quantizer alone, GEMM alone).
+- `_gemv_tokens_kernel` with X_FLOAT (config "xf"): one launch, each program quantizes the few tokens itself
+  (measured slower than quantizer + GEMV at M = 2..8, session 8; kept opt-in).
 - config kind "tma": kernels/w8a8_gemm_tma.py's TMA / persistent GEMM on the quantized x (opt-in; it lost to
   `_w8a8_kernel` where measured, session 7) -- a weight TMA cannot describe falls back to `_w8a8_kernel`.
 torch._int_mm needs M > 16; these kernels take any M.
