@@ -190,14 +190,18 @@ def _w8a8_kernel(
 
 @triton.jit
 def _quant_row_kernel(x_ptr, q_ptr, s_ptr, K, stride_xm, stride_qm, BK: tl.constexpr, EPS: tl.constexpr,
-                      EARLY: tl.constexpr, WAIT: tl.constexpr = False):
+                      EARLY: tl.constexpr, WAIT: tl.constexpr = False, RECIP: tl.constexpr = False):
     """One token per program, the whole row in registers: a single read of x (one memory round trip
     before the GEMM can start, where the blocked loop of `_quant_per_token_kernel` needs two per chunk).
     EARLY: let a kernel launched after this one with programmatic dependent launch start right away (it
     prefetches its weights, then waits for this grid before reading x).
     WAIT: this kernel is itself launched with programmatic dependent launch ("chain"): it may start while the
     kernel before it still runs, and waits for it (griddepcontrol.wait) before its first load or store -- so
-    only the launch latency overlaps, never a read of x before it is written or a write of a buffer still read."""
+    only the launch latency overlaps, never a read of x before it is written or a write of a buffer still read.
+    RECIP (config "qrecip"): the codes through `_int8_codes` (x times the fp64 reciprocal of s, the same codes bit for
+    bit) instead of one IEEE division per element. Session 8 measured this kernel at 5.6 / 7.0 us for 16 rows of
+    14336 / 28672 and 21.7 us for 256 rows of 28672 (bench/results/h100/kernels_s8_w8a8/); the division sequence
+    is the suspect. Not timed yet, so off by default."""
     if EARLY:
         gdc_launch_dependents()
     if WAIT:
@@ -207,7 +211,10 @@ def _quant_row_kernel(x_ptr, q_ptr, s_ptr, K, stride_xm, stride_qm, BK: tl.const
     mask = offs_k < K
     xt = tl.load(x_ptr + m * stride_xm + offs_k, mask=mask, other=0.0).to(tl.float32)
     sx = tl.math.div_rn(tl.maximum(tl.max(tl.abs(xt), axis=0), EPS), 127.0)
-    q = tl.minimum(tl.maximum(_round_half_even(tl.math.div_rn(xt, sx)), -127.0), 127.0).to(tl.int8)
+    if RECIP:
+        q = _int8_codes(xt, 1.0 / sx.to(tl.float64)).to(tl.int8)
+    else:
+        q = tl.minimum(tl.maximum(_round_half_even(tl.math.div_rn(xt, sx)), -127.0), 127.0).to(tl.int8)
     tl.store(q_ptr + m * stride_qm + offs_k, q, mask=mask)
     tl.store(s_ptr + m, sx)
 
@@ -333,10 +340,12 @@ def _gemv_tokens_kernel(
 ROW_KERNEL_MAX_K = 32768
 
 
-def quantize_per_token(x: torch.Tensor, early: bool = False, chain: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def quantize_per_token(x: torch.Tensor, early: bool = False, chain: bool = False,
+                       recip: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(M, K) fp16/bf16 -> (int8 (M, K), fp32 scales (M,)) with the module's rounding. early: the next
     kernel is launched with programmatic dependent launch and may start before this one ends. chain: this
-    kernel is launched that way too (it waits for the kernel before it; see `_quant_row_kernel`)."""
+    kernel is launched that way too (it waits for the kernel before it; see `_quant_row_kernel`). recip: codes
+    from the exact fp64 reciprocal instead of a division per element (same bits; `_quant_row_kernel`'s RECIP)."""
     check_device("quantize_per_token", x)
     x2 = check_activation("quantize_per_token", x, x.shape[-1])
     m, k = x2.shape
@@ -348,7 +357,7 @@ def quantize_per_token(x: torch.Tensor, early: bool = False, chain: bool = False
         bk = triton.next_power_of_2(k)
         chain = chain and not interpreting()
         _quant_row_kernel[(m,)](x2, q, s, k, x2.stride(0), q.stride(0), BK=bk, EPS=ACT_EPS, EARLY=early and not interpreting(),
-                                WAIT=chain, num_warps=4 if bk <= 4096 else (8 if bk <= 16384 else 16),
+                                WAIT=chain, RECIP=recip, num_warps=4 if bk <= 4096 else (8 if bk <= 16384 else 16),
                                 **({"launch_pdl": True} if chain else {}))
         return q, s
     bm = 4
@@ -446,7 +455,7 @@ def _launch_gemv(x2, weight, sw, out, cfg: dict) -> torch.Tensor:
     if xf:
         xin, sx, stride = x2, sw, x2.stride(0)  # sx_ptr unused
     else:
-        xq, sx = quantize_per_token(x2, early=pdl, chain=chain > 0)
+        xq, sx = quantize_per_token(x2, early=pdl, chain=chain > 0, recip=bool(cfg.get("qrecip")))
         xin, stride = xq.view(torch.int32), xq.stride(0) // 4
     kw = k // 4
     mt = triton.next_power_of_2(m)
@@ -485,7 +494,7 @@ def _launch(x, weight, w_scale, config: dict | None = None) -> torch.Tensor:
     if cfg.get("kind") == "tma":
         if w8a8_gemm_tma.supports(weight, n, k):
             pdl = bool(cfg.get("pdl")) and not interpreting()
-            xq, sx = quantize_per_token(x2, early=pdl)
+            xq, sx = quantize_per_token(x2, early=pdl, recip=bool(cfg.get("qrecip")))
             return w8a8_gemm_tma.launch(xq, sx, weight, sw, out, cfg, pdl=pdl).reshape(*lead, n)
         cfg = _config_pointer_gemm(m)  # a weight TMA cannot take (strided, unaligned, pre-Hopper): the pointer GEMM
     if "BK" not in cfg:  # a gemv config above GEMV_TOKENS_MAX_M tokens or on a strided weight: the GEMM's table
@@ -496,7 +505,7 @@ def _launch(x, weight, w_scale, config: dict | None = None) -> torch.Tensor:
     if fused:
         xin, sx = x2, sw  # sx_ptr unused when quantizing in-kernel
     else:
-        xin, sx = quantize_per_token(x2, early=pdl > 0, chain=chain > 0)
+        xin, sx = quantize_per_token(x2, early=pdl > 0, chain=chain > 0, recip=bool(cfg.get("qrecip")))
     return _gemm(xin, sx, weight, sw, out, cfg, fused=fused, pdl=pdl, chain=chain).reshape(*lead, n)
 
 

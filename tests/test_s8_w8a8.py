@@ -103,6 +103,30 @@ def test_session8_default_matches_reference(m):
     assert rel_err(w8a8_linear(x, wq, ws), w8a8_linear_ref(x, wq, ws)) < TOL[torch.float16]
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(5, 300), (2, 14336), (1, 16)])
+def test_quantizer_reciprocal_codes_equal_the_division(shape, dtype):
+    # "qrecip": codes from the exact fp64 reciprocal of s must be the division's codes bit for bit (rows spanning five
+    # decades of scale, ties included by construction: values k * s / 2 round to even).
+    from kernels.w8a8 import quantize_per_token_ref
+
+    m, k = shape
+    x = torch.randn(m, k, device=DEVICE).to(dtype) * torch.logspace(-3, 2, m, device=DEVICE)[:, None].to(dtype)
+    x[0, : min(k, 8)] = torch.tensor([127.0, 0.5, 1.5, -2.5, 63.5, -0.5, 3.0, 125.5][: min(k, 8)], device=DEVICE).to(dtype)
+    q, s = quantize_per_token(x, recip=True)
+    qd, sd = quantize_per_token(x)
+    qr, sr = quantize_per_token_ref(x)
+    assert torch.equal(s, sr) and torch.equal(sd, sr)
+    assert torch.equal(q, qr) and torch.equal(qd, qr)
+
+
+def test_qrecip_config_matches_reference():
+    wq, ws = make_w8a8(72, 208, DEVICE, seed=4)
+    x = torch.randn(5, 208, device=DEVICE).half()
+    for cfg in (dict(GEMM, qrecip=True), dict(_config(5), qrecip=True), dict(GEMV, qrecip=True)):
+        assert rel_err(_launch(x, wq, ws, cfg), w8a8_linear_ref(x, wq, ws)) < TOL[torch.float16]
+
+
 def test_exact_m_tuned_entry_wins_over_the_bucket(tmp_path, monkeypatch):
     bucket = dict(GEMM, split=2)
     path = tmp_path / "tuned.json"
@@ -122,7 +146,7 @@ from triton.compiler import ASTSource
 import kernels.w8a8 as w8
 
 P16, P32, I32 = "*fp16", "*fp32", "*i32"
-SCALARS = ("M", "N", "K", "KW", "S", "K_PER_SPLIT", "stride_xw", "stride_xm", "stride_wn", "stride_om")
+SCALARS = ("M", "N", "K", "KW", "S", "K_PER_SPLIT", "stride_xw", "stride_xm", "stride_wn", "stride_om", "stride_qm")
 CASES = [
     (w8._gemv_tokens_kernel, dict(xq_ptr=P16, sx_ptr=P32, w_ptr=I32, sw_ptr=P32, out_ptr=P16),
      dict(MT=4, BN=16, BW=64, USE_ASM=True, PDL=True, CHAIN=1, X_FLOAT=True, EPS=1e-8), 4, 1, "dp4a"),
@@ -134,6 +158,8 @@ CASES = [
     (w8._w8a8_kernel, dict(x_ptr=P16, sx_ptr=P32, w_ptr="*i8", sw_ptr=P32, out_ptr=P16, ws_ptr=P32, lock_ptr=I32),
      dict(QUANT_IN_KERNEL=True, EPS=1e-8, BN=128, BM=16, BK=256, PRO_BK=1024, PDL_PREFETCH=2048, M_FAST=False, CHAIN=1),
      4, 3, "wgmma"),
+    (w8._quant_row_kernel, dict(x_ptr="*bf16", q_ptr="*i8", s_ptr=P32),
+     dict(BK=16384, EPS=1e-8, EARLY=True, WAIT=True, RECIP=True), 8, 1, "cvt.rn.f32.f64"),
 ]
 for fn, ptrs, consts, warps, stages, op in CASES:
     sig = {n: "constexpr" if n in consts else ptrs.get(n, "i32") for n in fn.arg_names}
@@ -141,14 +167,17 @@ for fn, ptrs, consts, warps, stages, op in CASES:
     src = ASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(k),): v for k, v in consts.items()})
     ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, "num_stages": stages}).asm["ptx"]
     assert op in ptx and "griddepcontrol.wait" in ptx and "griddepcontrol.launch_dependents" in ptx, (fn, consts)
+    if fn is w8._quant_row_kernel:
+        assert ptx.count("div.rn.f32") == 1  # RECIP: the row's scale only, no IEEE division per element (65 without)
 print("compiled", len(CASES))
 """
 
 
 def test_session8_kernels_compile_for_the_h100():
-    """The interpreter runs no PDL: compile the one-launch GEMV, the late trigger and the quantizing GEMM under PDL
-    for sm_90 here (no GPU) and check they hold the PDL instructions and the int8 math (dp4a / wgmma)."""
-    compile_for_the_h100(_AOT, "compiled 4")
+    """The interpreter runs no PDL: compile the one-launch GEMV, the late trigger, the quantizing GEMM under PDL and
+    the reciprocal quantizer for sm_90 here (no GPU) and check they hold the PDL instructions and their math (dp4a /
+    wgmma / the fp64 -> fp32 rounding, and no fp32 division in the quantizer)."""
+    compile_for_the_h100(_AOT, "compiled 5")
 
 
 @pytest.mark.gpu

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from compress.bench.kernel_timing import call_ms
 from kernels._common import m_bucket
 from kernels.cases import LLAMA_SHAPES, make_w8a8
-from kernels.w8a8 import _config, _config_pointer_gemm, _gemm, _launch, quantize_per_token, w8a8_linear_ref
+from kernels.w8a8 import _config, _config_pointer_gemm, _config_s8, _gemm, _launch, quantize_per_token, w8a8_linear_ref
 
 T0 = time.time()
 LIMIT = float(os.environ.get("SWEEP_S", "150"))
@@ -51,7 +51,8 @@ def paths(m: int) -> dict[str, dict]:
     Call 1 also timed, at M = 16 on three 8B shapes: "late" (quantizer waits for the GEMM before it, which triggers
     after its K loop), "late pf8k", "chain" (session 5's trigger at the start), "fused pdl" (one launch, every program
     takes the rows' absmax itself: 2x slower) and "tma swap" (session 7's TMA GEMM, swapped + warp-specialized: it
-    stalled on 8B gate/up). See the README."""
+    stalled on 8B gate/up). See the README. "s8" and the "qrecip" paths (and the quantizer-with-reciprocal timing)
+    were added after call 2 for the next run: not yet timed."""
     old = _config_pointer_gemm(m)
     out = {"old": old}
     xf = {"kind": "gemv", "num_warps": 4, "xf": True}  # one launch: each program quantizes the M rows itself
@@ -66,6 +67,10 @@ def paths(m: int) -> dict[str, dict]:
             out["xf chain"] = dict(xf, pdl=1, chain=1)
         if m == 4:
             out["xf"] = xf
+        out["s8"] = _config_s8(m)  # the default since call 2 ("fit", and "deep" above M = 4), untimed as one config
+        out["s8 qrecip"] = dict(_config_s8(m), qrecip=True)  # quantizer codes from the fp64 reciprocal (untimed)
+    elif m > 64:
+        out["qrecip"] = dict(old, qrecip=True)
     return out
 
 
@@ -152,8 +157,10 @@ def main(out_json: str | None) -> None:
                 o = torch.empty(m, n, device=DEV, dtype=x.dtype)
                 old = _config_pointer_gemm(m)
                 diag["quant_ms"] = call_ms(lambda _: quantize_per_token(x), None, "rotate")
+                diag["quant_recip_ms"] = call_ms(lambda _: quantize_per_token(x, recip=True), None, "rotate")
                 diag["gemm_ms"] = call_ms(lambda p: _gemm(xq, sx, p[0], p[1], o, old), (wq, ws), "rotate")
                 row(f"M={m} {name:16s} fp16 {fp16 * 1e3:7.1f} us  quantizer alone {diag['quant_ms'] * 1e3:6.1f} us  "
+                    f"(qrecip {diag['quant_recip_ms'] * 1e3:6.1f} us)  "
                     f"old GEMM alone {diag['gemm_ms'] * 1e3:7.1f} us")
             for pname, cfg in paths(m).items():
                 try:
