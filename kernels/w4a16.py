@@ -635,9 +635,24 @@ def _check(x, qweight, scales, zeros, group_size):
     return n, k
 
 
-# Per layer shape (N, K) and M bucket (16: M = 2..16, 32: 17..32, 64: 33..64), measured winners of session 8's
-# sweep (bench/results/h100/kernels_s8_w4a16/README.md); shapes and buckets not listed take the M tables below.
-SHAPE_TUNED: dict[tuple[int, int], dict[int, dict]] = {}
+def _tc(bm: int, bn: int, nb: int, warps: int, stages: int, waves: float | None = None) -> dict:
+    cfg = {"kind": "tc", "BM": bm, "BN": bn, "NB": nb, "num_warps": warps, "num_stages": stages}
+    return cfg | ({"waves": waves} if waves else {})
+
+
+# Per layer shape (N, K) and M bucket (16: M = 2..16, 32: 17..32, 64: 33..64): the winners of session 8's sweep at
+# M = 16 / 32 / 64 (H100, call 2 of bench/results/h100/kernels_s8_w4a16/README.md: each beat the M table's config
+# below by > 2% in one process and was timed a second time). Shapes and buckets not listed take the M tables.
+SHAPE_TUNED: dict[tuple[int, int], dict[int, dict]] = {
+    (4096, 4096): {32: _tc(32, 128, 2, 8, 3)},  # 8B q / o
+    (1024, 4096): {16: _tc(16, 64, 4, 4, 3), 32: _tc(32, 64, 4, 4, 3), 64: _tc(64, 128, 2, 8, 3)},  # 8B k / v
+    (14336, 4096): {16: _tc(16, 128, 2, 8, 3, 4.0), 32: _tc(32, 128, 2, 8, 3, 4.0), 64: _tc(64, 128, 2, 8, 3)},
+    (4096, 14336): {32: _tc(32, 128, 2, 8, 3), 64: _tc(64, 128, 2, 8, 3)},  # 8B down
+    (8192, 8192): {16: _tc(16, 128, 2, 8, 3, 4.0), 32: _tc(32, 128, 2, 8, 3, 4.0), 64: _tc(64, 128, 1, 8, 2, 4.0)},
+    (1024, 8192): {16: _tc(16, 128, 4, 8, 3), 32: _tc(32, 128, 2, 8, 3), 64: _tc(64, 64, 2, 4, 3)},  # 70B k / v
+    (28672, 8192): {32: _tc(32, 128, 2, 8, 3), 64: _tc(64, 128, 2, 8, 3)},  # 70B gate / up
+    (8192, 28672): {16: _tc(16, 128, 2, 8, 3, 4.0), 32: _tc(32, 128, 2, 8, 3, 4.0), 64: _tc(64, 128, 2, 8, 3)},
+}
 
 
 def _config(m: int, n: int, k: int | None = None) -> dict:

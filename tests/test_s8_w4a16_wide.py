@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from compress.packing.int4 import padded_k
-from kernels import w4a16_cuda
+from kernels import w4a16, w4a16_cuda
 from kernels.w4a16 import w4a16_linear_ref
 from tests.test_w4a16_cuda import TOL, gpu, layer, rel_err
 
@@ -126,3 +126,35 @@ def test_two_row_tile_build_compiles_for_the_h100(tmp_path, monkeypatch):
     lib.w4a16_gemv_smem_bytes.restype = ctypes.c_long
     for per, m, gs, asym in [(1, 1, 128, 0), (6, 64, 64, 1), (8, 16, 128, 1), (3, 33, 128, 0)]:
         assert lib.w4a16_gemv_smem_bytes(per, m, gs, asym) == w4a16_cuda.smem_bytes(per, m, name, gs, bool(asym))
+
+
+# ------------------------------------------------------------------------------------- session-8 tables (CPU)
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+TRITON_TUNED = sorted({tuple(sorted(c.items())) for by in w4a16.SHAPE_TUNED.values() for c in by.values()})
+
+
+@pytest.mark.parametrize("cfg", [dict(c) for c in TRITON_TUNED],
+                         ids=[f"{dict(c)['BM']}x{dict(c)['BN']}x{dict(c)['NB']}w{dict(c).get('waves', 2)}" for c in TRITON_TUNED])
+@pytest.mark.parametrize("gs,sym", [(128, True), (64, False)], ids=["g128sym", "g64asym"])
+def test_every_tuned_triton_config_matches_reference(cfg, gs, sym):
+    """Each Triton tile config of SHAPE_TUNED (CPU: the interpreter) at an M of its bucket, partial tiles included."""
+    m = {16: 9, 32: 20, 64: 40}[cfg["BM"]]
+    p = layer(160, 640, gs, sym, torch.float16, device=DEVICE, seed=cfg["BM"])
+    x = torch.randn(m, 640, device=DEVICE).half()
+    out = w4a16._launch(x, p["qweight"], p["scales"], p["zeros"], gs, cfg)
+    assert rel_err(out, w4a16_linear_ref(x, p["qweight"], p["scales"], p["zeros"], gs)) < TOL[torch.float16]
+
+
+def test_shape_tables_pick_by_bucket_and_fall_back():
+    for (n, k), by in w4a16.SHAPE_TUNED.items():
+        for bucket, cfg in by.items():
+            lo = {16: 2, 32: 17, 64: 33}[bucket]
+            assert w4a16._config(lo, n, k) == cfg and w4a16._config(bucket, n, k) == cfg
+            assert cfg["BM"] == bucket  # one M tile covers the bucket
+    assert w4a16._config(40, 100, 4096) == w4a16._config(40, 100)  # a shape no table lists: the M table
+    assert w4a16._config(1, 1024, 4096) == w4a16._config(1, 1024)  # M = 1 is not per shape
+    for (n, k), by in w4a16_cuda.TUNED.items():
+        for bucket, (name, waves, cluster) in by.items():
+            assert bucket in w4a16_cuda.DEFAULTS and name in w4a16_cuda.VARIANTS and waves > 0
+            if bucket > 16:
+                assert w4a16_cuda.default_config(bucket, n, k) == (name, waves, cluster, False)

@@ -866,11 +866,12 @@ __global__ void __launch_bounds__(THREADS, min_ctas(MT)) w4a16_gemv_kernel(const
   if (!last) return;
   __threadfence();
   const int rows_here = min(ROWS, a.N - n_base);
-  if (((a.N | rows_here) & 3) == 0) {
+  if (MT > 1 && ((a.N | rows_here) & 3) == 0) {
     // Session 8: 4 rows per 16-byte load and E of them x J splits in flight per thread. The scalar loop below
     // keeps 8 loads in flight, so the last CTA paid one L2 round trip per element and thread: M x rows / THREADS
     // of them (32 at 64 tokens x 256 rows), a tail that grew with M. Same additions in the same (split) order,
-    // so the same bytes.
+    // so the same bytes. Not at <= 8 tokens: there it changed the build's registers, hence the occupancy the
+    // split-K plan asks for, and the plans measured slower (H100, call 2 of bench/results/h100/kernels_s8_w4a16).
     constexpr int E = 2, J = MT > 2 ? 8 : 4;  // J = 8 would raise the <= 16-token builds' registers (72 -> 110)
     const int q4 = rows_here >> 2, total = a.M * q4;
     const size_t stride = (size_t)a.M * a.N;  // one split's partials
