@@ -4,8 +4,9 @@ Math (contract: /work/notes/VPTQ_FORMAT.md, reference decoder compress/vptq/form
 length v, vectors run down the output dimension, one input column j at a time, so for n = g*v + i
     y[m, n] = s[n] * sum_j x[m, j] * (C[idx[j, g], i] + R[ridx[j, g], i]) + t[n] * sum_j x[m, j].
 Batch 1 (decode) with v = 8, fp16 codebooks of 4096/8192 centroids and 0/256/512 residual centroids
-runs the CUDA C++ kernel (kernels/vptq_cuda.py, kernels/csrc/vptq_gemv.cu: both codebooks in shared
-memory, built with nvcc on first use). Everything else up to GEMV_MAX_M tokens runs the Triton GEMV
+runs a CUDA C++ kernel built with nvcc on first use: kernels/vptq_cuda.py (split-K through a workspace,
+codebooks in shared memory) or kernels/vptq_cluster.py (split-K inside a thread-block cluster, codebooks in
+shared memory or through L1), whichever kernels/vptq_select.py measured faster for the layer's shape. Everything else up to GEMV_MAX_M tokens runs the Triton GEMV
 here: it accumulates the bracket for a (BJ columns x BG vectors x v) tile and applies scale and bias
 once at the end; its v-wide codebook rows are 16-byte gathers through L1. Both read the packed bit
 stream of the checkpoint as is (b bits per index, little-endian, may straddle two 32-bit words): no
@@ -27,7 +28,7 @@ import triton
 import triton.language as tl
 
 from compress.errors import CompressError
-from kernels import vptq_cuda
+from kernels import vptq_cluster, vptq_cuda, vptq_select
 from kernels._common import check_activation, check_device, plan_split_k, splitk_buffers, splitk_epilogue
 
 # Decode GEMV up to this many tokens; above, dequantize once and use the dense GEMM.
@@ -244,6 +245,30 @@ def _dequantize_impl(n, k, indices, codebook, index_bits, res_indices, res_codeb
     return w
 
 
+def _cuda_gemv(x2, n, k, indices, codebook, index_bits, res_indices, res_codebook, res_index_bits, scale, bias, out):
+    """Batch 1 on one of the two CUDA kernels (kernels/vptq_select.py says which)."""
+    tensors = (indices, codebook, index_bits, res_indices, res_codebook, res_index_bits, scale, bias)
+    mode = vptq_select.choice()
+    default = ("splitk", vptq_cuda.variant(), False)
+    label = default
+    if mode != "splitk" and vptq_cluster.supports(x2, codebook, index_bits, res_codebook, res_index_bits, scale, bias):
+        if mode == "cluster":
+            label = None  # the cluster kernel's own plan
+        else:
+            rb = res_index_bits if res_codebook is not None else 0
+            key = (x2.device, x2.dtype, n, k, index_bits, codebook.shape[0], rb,
+                   0 if res_codebook is None else res_codebook.shape[0], scale is None, bias is None)
+            sms = torch.cuda.get_device_properties(x2.device).multi_processor_count
+            options = {("splitk", v, coop): (lambda v=v, coop=coop: vptq_cuda.gemv(x2, n, *tensors, out, name=v, coop=coop))
+                       for v in dict.fromkeys((default[1], *vptq_select.SPLITK_VARIANTS)) for coop in (False, True)}
+            for c in vptq_cluster.candidates(n, sms):
+                options[c] = lambda c=c: vptq_cluster.gemv(x2, n, *tensors, out, launch=c)
+            label = vptq_select.pick(key, options, default)
+    if isinstance(label, tuple):
+        return vptq_cuda.gemv(x2, n, *tensors, out, name=label[1], coop=label[2])
+    return vptq_cluster.gemv(x2, n, *tensors, out, launch=label)
+
+
 def _linear_impl(x, n, indices, codebook, index_bits, res_indices, res_codebook, res_index_bits, scale, bias,
                  outlier_cols, outlier_indices, outlier_codebook, outlier_index_bits):
     what = "vptq_linear"
@@ -262,9 +287,9 @@ def _linear_impl(x, n, indices, codebook, index_bits, res_indices, res_codebook,
     if m == 0:
         return out.reshape(*lead, n)
     if not has_out:
-        if vptq_cuda.supports(x2, n, codebook, index_bits, res_codebook, res_index_bits, scale, bias) and \
-                indices.is_contiguous() and (res_indices is None or res_indices.is_contiguous()):
-            vptq_cuda.gemv(x2, n, indices, codebook, index_bits, res_indices, res_codebook, res_index_bits, scale, bias, out)
+        contiguous = indices.is_contiguous() and (res_indices is None or res_indices.is_contiguous())
+        if contiguous and vptq_cuda.supports(x2, n, codebook, index_bits, res_codebook, res_index_bits, scale, bias):
+            _cuda_gemv(x2, n, k, indices, codebook, index_bits, res_indices, res_codebook, res_index_bits, scale, bias, out)
         else:
             _gemv(x2, n, indices, codebook, index_bits, res_indices, res_codebook, res_index_bits, scale, bias, out)
         return out.reshape(*lead, n)

@@ -29,8 +29,8 @@ from kernels import cuda_build
 SRC = Path(__file__).resolve().parent / "csrc" / "vptq_gemv.cu"
 MAIN_BITS = (12, 13)
 RES_BITS = (0, 8, 9)
-# Build variants: name -> (warps per CTA, rolled main loop). See the .cu header.
-VARIANTS = {"w16": (16, 0), "w16r": (16, 1), "w8": (8, 0), "w8r": (8, 1)}
+# Build variants: name -> (warps per CTA, rolled main loop, codebook by bulk copy). See the .cu header.
+VARIANTS = {"w16": (16, 0, 0), "w16r": (16, 1, 0), "w8": (8, 0, 0), "w8r": (8, 1, 0), "w16b": (16, 0, 1)}
 # Measured (H100, kernels/vptq_probe.py, 16 seed-000 rows, geometric-mean ratio to torch): w16 0.888,
 # w8 + cluster 2 0.962, w8 0.998, w8r 1.02; the seed-000 table in bench/results/h100/kernels_vptq ran w16.
 DEFAULT_VARIANT = "w16"
@@ -73,8 +73,9 @@ _arch = cuda_build.arch
 
 
 def _compile(device: torch.device, name: str) -> Path:
-    warps, roll = VARIANTS[name]
-    return cuda_build.compile_library(SRC, name, [f"-DVPTQ_WARPS={warps}", f"-DVPTQ_ROLL={roll}"], _arch(device),
+    warps, roll, bulk = VARIANTS[name]
+    return cuda_build.compile_library(SRC, name, [f"-DVPTQ_WARPS={warps}", f"-DVPTQ_ROLL={roll}", f"-DVPTQ_BULK={bulk}"],
+                                      _arch(device),
                                       "vptq CUDA kernel", "using the Triton kernel")
 
 
@@ -101,7 +102,7 @@ def build(device: torch.device, name: str | None = None) -> ctypes.CDLL:
             raise CompressError(str(e)) from None
         p, i = ctypes.c_void_p, ctypes.c_int
         so.vptq_gemv.restype = i
-        so.vptq_gemv.argtypes = [p, i, p, p, i, i, p, p, i, i, i, p, p, p, p, p, i, i, i, i, i, i, i, i, i, p]
+        so.vptq_gemv.argtypes = [p, i, p, p, i, i, p, p, i, i, i, p, p, p, p, p, i, i, i, i, i, i, i, i, i, i, p]
         so.vptq_gemv_workspace_floats.restype = ctypes.c_long
         so.vptq_gemv_workspace_floats.argtypes = [i, i, i]
         so.vptq_gemv_smem_bytes.restype = ctypes.c_long
@@ -179,17 +180,19 @@ def plan(n: int, k: int, sms: int, gt: int | None = None, cpt: int | None = None
 def gemv(x2: torch.Tensor, n: int, indices: torch.Tensor, codebook: torch.Tensor, index_bits: int,
          res_indices: torch.Tensor | None, res_codebook: torch.Tensor | None, res_index_bits: int | None,
          scale: torch.Tensor | None, bias: torch.Tensor | None, out: torch.Tensor, gt: int | None = None,
-         cpt: int | None = None, cluster: int | None = None, name: str | None = None, mode: int = 0) -> torch.Tensor:
+         cpt: int | None = None, cluster: int | None = None, name: str | None = None, mode: int = 0,
+         coop: bool = False) -> torch.Tensor:
     """out (1, n) = x2 (1, K) @ W_hat^T. Caller has checked shapes (vptq._check) and `supports`.
     gt / cpt / cluster / name override the plan and the build variant (for the probe); mode 1 and 2
-    are timing probes that write no output."""
+    are timing probes that write no output. coop: cooperative launch, the split-K sum spread over every
+    CTA of a tile instead of the last one to finish (no cluster multicast then)."""
     name = name or variant()
     lib = build(x2.device, name)
     k = indices.shape[0]
     sms = torch.cuda.get_device_properties(x2.device).multi_processor_count
     gt, cpt = plan(n, k, sms, gt, cpt)
     tiles = (n // 8 + 32 * gt - 1) // (32 * gt)
-    ws, cnt = _workspace.get(x2.device, lib.vptq_gemv_workspace_floats(n, gt, cpt), tiles)
+    ws, cnt = _workspace.get(x2.device, lib.vptq_gemv_workspace_floats(n, gt, cpt), 2 * tiles)
     has_res = res_codebook is not None
     rb = res_index_bits if has_res else 0
     copies = residual_copies(x2.device, index_bits, rb, VARIANTS[name][0]) or 4
@@ -200,8 +203,8 @@ def gemv(x2: torch.Tensor, n: int, indices: torch.Tensor, codebook: torch.Tensor
         index_bits, res_indices.data_ptr() if has_res else None, res_codebook.data_ptr() if has_res else None,
         res_codebook.shape[0] if has_res else 0, rb, copies, scale.data_ptr() if scale is not None else None,
         bias.data_ptr() if bias is not None else None, out.data_ptr(), ws.data_ptr(), cnt.data_ptr(), n, k,
-        indices.shape[1], res_indices.shape[1] if has_res else 1, gt, cpt, cl, VARIANTS[name][1], mode,
-        torch.cuda.current_stream(x2.device).cuda_stream)
+        indices.shape[1], res_indices.shape[1] if has_res else 1, gt, cpt, 1 if coop else cl, VARIANTS[name][1], mode,
+        int(coop), torch.cuda.current_stream(x2.device).cuda_stream)
     if rc != 0:
         raise CompressError(f"vptq CUDA kernel: launch failed with code {rc} (n={n}, k={k}, bits={index_bits}/{rb}, "
                             f"gt={gt}, cpt={cpt}, cluster={cl}, variant={name})")

@@ -147,7 +147,7 @@ def test_vptq_cuda_plans(gt, cpt, cluster, norm):
 
 @pytest.mark.gpu
 @needs_cuda
-@pytest.mark.parametrize("name", ["w16", "w8", "w8r"])
+@pytest.mark.parametrize("name", ["w16", "w8", "w8r", "w16b"])
 @pytest.mark.parametrize("n,k,main,res", [(1032, 333, 4096, 256), (14336, 1024, 8192, 512), (2048, 4096, 4096, 0)])
 def test_vptq_cuda_variants(name, n, k, main, res):
     from kernels import vptq_cuda

@@ -131,6 +131,7 @@ def w8a8_dense(n: int, k: int, m: int, method: str, check: bool = True) -> dict:
 
 # ----------------------------------------------------------------------------------------------- VPTQ
 def run_vptq(copy_gbs: float, quick: bool, method: str = DEFAULT_METHOD) -> list[dict]:
+    from kernels import vptq_select
     from kernels.vptq import vptq_linear, vptq_linear_ref
 
     rows = []
@@ -147,7 +148,7 @@ def run_vptq(copy_gbs: float, quick: bool, method: str = DEFAULT_METHOD) -> list
         nbytes = sum(t.numel() * t.element_size() for t in d.values() if torch.is_tensor(t)) + 2 * (k + n)
         _emit(rows, {"count": count, "batch_size": 1, "in_features": k, "out_features": n, "main_centroids": main,
                      "residual_centroids": res, "vptq_ms": ours, "torch_ms": ref, "ratio": ours / ref,
-                     "gbs": nbytes / (ours * 1e-3) / 1e9, "rel_err": err})
+                     "gbs": nbytes / (ours * 1e-3) / 1e9, "rel_err": err, "kernel": vptq_select.describe(n, k)})
         del d, w
     return rows
 

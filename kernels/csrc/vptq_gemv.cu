@@ -41,6 +41,12 @@ namespace {
 #ifndef VPTQ_ROLL
 #define VPTQ_ROLL 0
 #endif
+//   VPTQ_BULK: 1 = without clusters the main codebook also comes by the bulk-copy engine (a few 16 KB
+//     instructions from one thread) instead of one 16-byte cp.async per row from every thread: session 2
+//     measured the per-thread copy at 14-25 B per SM clock (bound by outstanding requests).
+#ifndef VPTQ_BULK
+#define VPTQ_BULK 0
+#endif
 constexpr int WARPS = VPTQ_WARPS;
 constexpr int THREADS = WARPS * 32;
 constexpr int RED_BYTES = WARPS * 512 * 4;  // cross-warp reduction buffer (aliases the main codebook)
@@ -72,6 +78,12 @@ template <> __device__ __forceinline__ __half from_f32<__half>(float v) { return
 template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+// A refused call also sets this runtime's last error: clear it, or the next good launch reports it.
+inline int refused(cudaError_t e) {
+  cudaGetLastError();
+  return static_cast<int>(e);
+}
 
 // Cluster multicast of the main codebook (Hopper bulk copy engine): CTA rank r of a cluster of cl
 // copies slice r of the codebook into the shared memory of every CTA of the cluster, so the L2
@@ -106,6 +118,23 @@ __device__ __forceinline__ void load_codebook_multicast(unsigned char* s_main, c
           ::"r"(smem_u32(s_main + r * 16)), "l"(cb + r), "r"(n), "r"(b), "h"(mask) : "memory");
     }
   }
+}
+// The same copy without a cluster: thread 0 issues it; every thread must see the initialised barrier
+// before it waits on it (the __syncthreads).
+__device__ __forceinline__ void load_codebook_bulk(unsigned char* s_main, const uint4* cb, int kc, uint64_t* bar) {
+  const uint32_t b = smem_u32(bar);
+  if (threadIdx.x == 0) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(b));
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(b), "r"(static_cast<uint32_t>(kc) * 16u)
+                 : "memory");
+    for (uint32_t r = 0; r < static_cast<uint32_t>(kc); r += 1024) {
+      const uint32_t n = min(1024u, static_cast<uint32_t>(kc) - r) * 16u;
+      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+                   ::"r"(smem_u32(s_main + r * 16)), "l"(cb + r), "r"(n), "r"(b) : "memory");
+    }
+  }
+  __syncthreads();
 }
 __device__ __forceinline__ void wait_codebook_multicast(uint64_t* bar) {
   const uint32_t b = smem_u32(bar);
@@ -152,13 +181,98 @@ struct Column {
   uint16_t x;
 };
 
+// Output element of float f of a tile's partial (layout of the CTA reduction below: round rr, float4 k4
+// of lane ln, component c): n = ((t*32 + ln)*GT + q)*8 + i.
+template <int GT>
+__device__ __forceinline__ long tile_output(int t, int f) {
+  const int f4 = f / 4, c = f % 4;
+  const int rr = f4 / 128, r = f4 % 128, ln = r % 32, k4 = r / 32;
+  const int q = 2 * rr + k4 / 2, i0 = (k4 % 2) * 4;
+  return ((long)(t * 32 + ln) * GT + q) * 8 + i0 + c;
+}
+
+// Split-K tail launched cooperatively (all CTAs resident): every CTA of tile t waits until the tile's cpt
+// partials are stored, then sums its own slice of the tile over them. The last-CTA tail below reads all
+// cpt partials from one SM (cpt x 8 KB at GT = 8: the 5-9 us session 2 measured); here each CTA reads
+// about 8 KB, with G threads per float4 (each a fixed run of partials, combined in shared memory in
+// order: the same bytes every call). counters[t] counts arrivals, counters[T + t] departures; the last
+// to leave resets both (every CTA has passed the wait by then), so graph replays start from zero.
+template <typename XT, int GT>
+__device__ void cooperative_tail(const float* __restrict__ ws, int* __restrict__ counters, const __half* __restrict__ scale,
+                                 const __half* __restrict__ bias, XT* __restrict__ out, int N, int t, int part, int cpt) {
+  constexpr int TILEF = 32 * GT * 8, SLOTF = TILEF + 4, F4 = TILEF / 4;
+  __shared__ float4 s_part[THREADS];
+  __shared__ float s_sx;
+  const int tid = threadIdx.x;
+  const int T = (N / 8 + 32 * GT - 1) / (32 * GT);
+  if (tid == 0) {
+    asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+    atomicAdd(counters + t, 1);
+    int seen = 0;
+    do {
+      asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(seen) : "l"(counters + t) : "memory");
+    } while (seen < cpt);
+    asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+  }
+  __syncthreads();
+  const float* parts = ws + (long)t * cpt * SLOTF;
+  // This CTA's float4s [a, b) of the tile; G threads per float4, thread h of a group sums partials
+  // [cpt*h/G, cpt*(h+1)/G).
+  const int a = F4 * part / cpt, b = F4 * (part + 1) / cpt, S = b - a;
+  int G = 1;
+  while (G * 2 * S <= THREADS && G * 2 <= cpt) G *= 2;
+  const int j = tid % S, h = tid / S;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (S > 0 && h < G) {
+    const int p0 = cpt * h / G, p1 = cpt * (h + 1) / G;
+#pragma unroll 4
+    for (int p = p0; p < p1; ++p) {
+      const float4 v = __ldcg(reinterpret_cast<const float4*>(parts + (long)p * SLOTF) + a + j);
+      acc.x += v.x; acc.y += v.y; acc.z += v.z; acc.w += v.w;
+    }
+    s_part[h * S + j] = acc;
+  }
+  if (tid == THREADS - 1) {  // the x sum, in partial order (only bias needs it)
+    float sx = 0.f;
+    if (bias != nullptr)
+      for (int p = 0; p < cpt; ++p) sx += __ldcg(parts + (long)p * SLOTF + TILEF);
+    s_sx = sx;
+  }
+  __syncthreads();
+  if (S > 0 && tid < S) {
+    float4 y4 = s_part[tid];
+    for (int hh = 1; hh < G; ++hh) {
+      const float4 v = s_part[hh * S + tid];
+      y4.x += v.x; y4.y += v.y; y4.z += v.z; y4.w += v.w;
+    }
+    const float yv[4] = {y4.x, y4.y, y4.z, y4.w};
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const long n = tile_output<GT>(t, (a + tid) * 4 + c);
+      if (n < N) {
+        float y = yv[c];
+        if (scale != nullptr) y *= __half2float(scale[n]);
+        if (bias != nullptr) y += __half2float(bias[n]) * s_sx;
+        out[n] = from_f32<XT>(y);
+      }
+    }
+  }
+  if (tid == 0) {
+    const int prev = atomicAdd(counters + T + t, 1);
+    if (prev == cpt - 1) {
+      counters[t] = 0;
+      counters[T + t] = 0;
+    }
+  }
+}
+
 template <typename XT, int B, int RB, int GT, bool ROLL>
 __global__ void __launch_bounds__(THREADS, 1)
 vptq_gemv_kernel(const uint16_t* __restrict__ x, const int32_t* __restrict__ idx, const uint4* __restrict__ cb, int kc,
                  const int32_t* __restrict__ ridx, const uint4* __restrict__ rcb, int kr, int rc,
                  const __half* __restrict__ scale, const __half* __restrict__ bias, XT* __restrict__ out,
                  float* __restrict__ ws, int* __restrict__ counters, int N, int K, int IW, int RW, int cpt, int cl,
-                 int mode) {
+                 int mode, int coop) {
   using SM = Stream<GT, B>;
   using SR = Stream<GT, RB ? RB : 1>;
   constexpr int SLOTS = 32 * GT;           // vector slots per tile
@@ -189,6 +303,8 @@ vptq_gemv_kernel(const uint16_t* __restrict__ x, const int32_t* __restrict__ idx
   if (mode != 2) {
     if (cl > 1) {
       load_codebook_multicast(s_main, cb, kc, cl, &s_bar);
+    } else if (VPTQ_BULK) {
+      load_codebook_bulk(s_main, cb, kc, &s_bar);
     } else {
 #pragma unroll 4
       for (int r = tid; r < kc; r += THREADS) {
@@ -266,6 +382,8 @@ vptq_gemv_kernel(const uint16_t* __restrict__ x, const int32_t* __restrict__ idx
     if (cl > 1) {
       wait_codebook_multicast(&s_bar);
       cluster_sync_all();  // every CTA has all its bytes: no bulk copy is left in flight when one exits
+    } else if (VPTQ_BULK) {
+      wait_codebook_multicast(&s_bar);
     } else {
       asm volatile("cp.async.wait_all;\n" ::);
     }
@@ -386,6 +504,10 @@ vptq_gemv_kernel(const uint16_t* __restrict__ x, const int32_t* __restrict__ idx
   // counter (bar.sync orders the CTA's other threads): __threadfence() in every thread compiles to
   // MEMBAR.SC.GPU, a sequentially consistent fence per thread.
   __syncthreads();
+  if (coop) {
+    cooperative_tail<XT, GT>(ws, counters, scale, bias, out, N, t, part, cpt);
+    return;
+  }
   if (tid == 0) {
     asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
     const int prev = atomicAdd(counters + t, 1);
@@ -465,20 +587,20 @@ __host__ __device__ inline size_t vptq_smem(int b, int rb, int rc) {
 template <typename XT, int B, int RB, int GT, bool ROLL>
 int launch_one(const void* x, const int32_t* idx, const void* cb, int kc, const int32_t* ridx, const void* rcb, int kr,
                int rc, const void* scale, const void* bias, void* out, float* ws, int* counters, int N, int K, int IW,
-               int RW, int cpt, int cl, int mode, cudaStream_t stream) {
+               int RW, int cpt, int cl, int mode, int coop, cudaStream_t stream) {
   const int NG = N / 8, T = (NG + 32 * GT - 1) / (32 * GT);
   const size_t smem = vptq_smem(B, RB, rc);
   auto kern = vptq_gemv_kernel<XT, B, RB, GT, ROLL>;
   static size_t configured = 0;  // per instantiation
   if (smem > configured) {
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    if (e != cudaSuccess) return static_cast<int>(e);
+    if (e != cudaSuccess) return refused(e);
     configured = smem;
   }
-  if (cl < 1 || cl > 8 || cpt < 1) return -3;
+  if (cl < 1 || cl > 8 || cpt < 1 || (coop && cl > 1)) return -3;
   const int grid = (T * cpt + cl - 1) / cl * cl;
   cudaLaunchConfig_t cfg = {};
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];
   cfg.gridDim = dim3(grid);
   cfg.blockDim = dim3(THREADS);
   cfg.dynamicSmemBytes = smem;
@@ -491,18 +613,24 @@ int launch_one(const void* x, const int32_t* idx, const void* cb, int kc, const 
     cfg.attrs = attr;
     cfg.numAttrs = 1;
   }
+  if (coop) {  // every CTA resident at once, or the launch fails (the tail waits for the tile's CTAs)
+    attr[0].id = cudaLaunchAttributeCooperative;
+    attr[0].val.cooperative = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
   cudaError_t e = cudaLaunchKernelEx(&cfg, kern, static_cast<const uint16_t*>(x), idx, static_cast<const uint4*>(cb), kc, ridx,
                                      static_cast<const uint4*>(rcb), kr, rc, static_cast<const __half*>(scale),
                                      static_cast<const __half*>(bias), static_cast<XT*>(out), ws, counters, N, K, IW, RW, cpt,
-                                     cl, mode);
-  if (e != cudaSuccess) return static_cast<int>(e);
+                                     cl, mode, coop);
+  if (e != cudaSuccess) return refused(e);
   return static_cast<int>(cudaGetLastError());
 }
 
-#define VPTQ_ARGS x, idx, cb, kc, ridx, rcb, kr, rc, scale, bias, out, ws, counters, N, K, IW, RW, cpt, cl, mode, stream
+#define VPTQ_ARGS x, idx, cb, kc, ridx, rcb, kr, rc, scale, bias, out, ws, counters, N, K, IW, RW, cpt, cl, mode, coop, stream
 #define VPTQ_PARAMS const void *x, const int32_t *idx, const void *cb, int kc, const int32_t *ridx, const void *rcb, int kr, \
     int rc, const void *scale, const void *bias, void *out, float *ws, int *counters, int N, int K, int IW, int RW, int cpt, \
-    int cl, int mode, cudaStream_t stream
+    int cl, int mode, int coop, cudaStream_t stream
 
 template <typename XT, int B, int RB, int GT>
 int by_roll(int roll, VPTQ_PARAMS) {
@@ -546,8 +674,8 @@ long vptq_gemv_workspace_floats(int N, int gt, int cpt) {
   return (long)(T * cpt + 8) * (32 * gt * 8 + 4);
 }
 
-// The build's variant: warps * 10 + roll.
-int vptq_gemv_variant() { return VPTQ_WARPS * 10 + VPTQ_ROLL; }
+// The build's variant: bulk * 1000 + warps * 10 + roll.
+int vptq_gemv_variant() { return VPTQ_BULK * 1000 + VPTQ_WARPS * 10 + VPTQ_ROLL; }
 
 // Dynamic shared-memory bytes per CTA for b-bit main and rb-bit residual indices (rb = 0: none).
 long vptq_gemv_smem_bytes(int b, int rb, int rc) { return (long)vptq_smem(b, rb, rc); }
@@ -556,11 +684,13 @@ long vptq_gemv_smem_bytes(int b, int rb, int rc) { return (long)vptq_smem(b, rb,
 // -3 for a bad cluster size / cpt. cpt: CTAs per tile (split of K). cl = 1: plain launch; 2..8:
 // main-codebook multicast within clusters. rc: residual copies, 8 or 4. roll: rolled main loop.
 // mode: 0 = compute; timing probes that write no output: 1 = codebook load only, 2 = launch only,
-// 3 = no tail (main loop, then exit).
-// counters: at least `tiles` int32 zeros (left at zero on return).
+// 3 = no tail (main loop, then exit). coop = 1: cooperative launch, every CTA sums a slice of its tile
+// (cooperative_tail; cl must be 1).
+// counters: at least 2 x `tiles` int32 zeros (left at zero on return).
 int vptq_gemv(const void* x, int x_is_bf16, const int32_t* idx, const void* cb, int kc, int b, const int32_t* ridx,
               const void* rcb, int kr, int rb, int rc, const void* scale, const void* bias, void* out, float* ws,
-              int* counters, int N, int K, int IW, int RW, int gt, int cpt, int cl, int roll, int mode, void* stream_) {
+              int* counters, int N, int K, int IW, int RW, int gt, int cpt, int cl, int roll, int mode, int coop,
+              void* stream_) {
   cudaStream_t stream = static_cast<cudaStream_t>(stream_);
   if (rc != 4 && rc != 8) return -3;
   if (x_is_bf16) return by_b<__nv_bfloat16>(b, rb, gt, roll, VPTQ_ARGS);
