@@ -217,7 +217,7 @@ def _path(cfg: dict) -> str:
         tiles = "x".join(str(cfg[t]) for t in ("BM", "BN", "BK", "BW") if t in cfg)
     extra = f" pdl{cfg['pdl']}" if cfg.get("pdl") else ""
     extra += "".join(f" {k}" if v is True else f" {k}{v}" for k, v in cfg.items()
-                     if k in ("waves", "fused", "m_fast", "chain") and v)
+                     if k in ("waves", "fused", "m_fast", "chain", "fit", "deep", "xf", "qrecip") and v)
     return f"{kind} {tiles}/{cfg.get('num_warps', '')}w{extra}"
 
 

@@ -113,7 +113,6 @@ def main(out_json: str | None) -> None:
     print(f"device {torch.cuda.get_device_name()} torch {torch.__version__}", flush=True)
     precompile(int(os.environ.get("SWEEP_WORKERS", "12")), float(os.environ.get("SWEEP_COMPILE_S", "120")))
     todo = jobs()
-    dummy = torch.zeros(1, device="cuda")
     for m in MS:
         old_cfg = _config_pointer_gemm(m)
         print(f"== M={m} old={old_cfg} default={_config(m)}", flush=True)
@@ -130,7 +129,7 @@ def main(out_json: str | None) -> None:
             pointer = _launch(x, wq, ws, dict(old_cfg, split=1, waves=None)) if "BK" in old_cfg else None
             xq, sx = quantize_per_token(x)
             times = {"fp16": call_ms(lambda w: F.linear(x, w), w16, "rotate"),
-                     "quant": call_ms(lambda d: quantize_per_token(x), dummy, "rotate")}
+                     "quant": call_ms(lambda _w: quantize_per_token(x), None, "rotate")}
             print(f"ROW M={m} {name:18s} quantizer alone {times['quant'] * 1e3:8.1f} us", flush=True)
             for pname, cfg in [(p, c) for (mm, nm, _, _, p, c) in todo if mm == m and nm == name and p != "pointer split1"]:
                 gemm_ms = None
