@@ -8,10 +8,11 @@ dequantizes a word (8 weights) in 9 instructions (group 128) straight into tenso
 mma twice per fragment for M = 9..16 (the .cu header has the layout and the instruction count).
 Measured on the H100: bench/results/h100/kernels/w4a16_cuda_s4_notes.md (and w4a16_cuda_notes.md, session 3).
 
-Covered: M = 1..64 (17..64 since session 8: 4 or 8 token tiles, weights scaled before the mma, variants with two
-16-row tiles per warp, `ROW_TILES`; the balanced schedule and the fused input transforms stay at <= 16), group 64 / 128, symmetric and asymmetric, fp16 or bf16 activations with scales of the
-same dtype (the runtime keeps them so), the checkpoint's packed tensors as they are. Anything else raises
-`CompressError` from `w4a16_gemv`; `supports` answers without raising (the runtime's path choice asks it).
+Covered: M = 1..64 (17..64 since session 8: 4 or 8 token tiles, weights scaled before the mma; variants with two
+16-row tiles per warp, `ROW_TILES`; the balanced schedule and the fused input transforms stay at <= 16 tokens),
+group 64 / 128, symmetric and asymmetric, fp16 or bf16 activations with scales of the same dtype (the runtime keeps
+them so), the checkpoint's packed tensors as they are. Anything else raises `CompressError` from `w4a16_gemv`;
+`supports` answers without raising (the runtime's path choice asks it).
 COMPRESS_W4A16_CUDA=0 turns the kernel off; COMPRESS_W4A16_VARIANT forces a build variant;
 COMPRESS_W4A16_CLUSTER=1 / 0 forces split K reduced inside thread-block clusters / through the workspace (see the
 .cu header); COMPRESS_W4A16_BALANCE=1 / 0 forces the balanced schedule on (where its plan exists) / off (the
@@ -60,7 +61,10 @@ ROW_TILES = {"w4b2s3r2": 2, "w4b2s4r2": 2, "w8b2s2r2": 2, "w8b2s3r2": 2}
 def rows_per_cta(name: str) -> int:
     """Output rows of one CTA of a build variant: 16 per mma row tile, ROW_TILES tiles per warp."""
     return 16 * VARIANTS[name][0] * ROW_TILES.get(name, 1)
-# (variant, waves) per M bucket (M <= 8, <= 16); waves = CTAs launched / CTAs resident at once (see `plan`).
+
+
+# (variant, waves) per M bucket (M <= 8, <= 16, <= 32, <= 64); waves = CTAs launched / CTAs resident at once (see
+# `plan`).
 # Evidence (H100, bench/results/h100/kernels/w4a16_cuda_s4.md): the best geometric mean over 12 Llama-3 / Qwen3
 # layer shapes at M = 1 (w8b2s3 waves 0.5: 16.2 us, the first default w4b2s4 waves 1: 17.2) and at M = 16
 # (w16b2s2 waves 1: 29.9 us; the 4-warp variants 40-49 us).
