@@ -1,4 +1,5 @@
-// W4A16 decode GEMV for M = 1..64 tokens (1..16 before session 8) over the compress.int4 layout (compress/packing/int4.py), as is.
+// W4A16 decode GEMV for M = 1..64 tokens (1..16 before session 8) over the compress.int4 layout
+// (compress/packing/int4.py), as is.
 //
 // Math: y[m, n] = sum_k x[m, k] * (u[n, k] - z[g, n]) * s[g, n],  g = k / group (64 or 128), z = 8 when
 // symmetric. fp32 accumulation, output in x's dtype.
