@@ -17,6 +17,7 @@ kernel is pinned with COMPRESS_VPTQ_KERNEL=cluster).
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +45,12 @@ _failed: dict[tuple[int, int], str] = {}
 _active: dict[tuple, int] = {}
 
 
+def pdl_enabled() -> bool:
+    """Programmatic dependent launch (the .cu's vptq_cluster_gemv says what overlaps); COMPRESS_VPTQ_PDL=0 turns
+    it off."""
+    return os.environ.get("COMPRESS_VPTQ_PDL", "1") != "0"
+
+
 def compile_pair(arch_code: str, b: int, rb: int) -> Path:
     """The library for b-bit main and rb-bit residual indices (rb = 0: none), built for `arch_code`."""
     return cuda_build.compile_library(SRC, f"b{b}r{rb}", [f"-DVPTQ_B={b}", f"-DVPTQ_RB={rb}"], arch_code,
@@ -65,7 +72,7 @@ def build(device: torch.device, b: int, rb: int) -> ctypes.CDLL:
             raise CompressError(str(e)) from None
         p, i = ctypes.c_void_p, ctypes.c_int
         so.vptq_cluster_gemv.restype = i
-        so.vptq_cluster_gemv.argtypes = [p, i, p, p, i, i, p, p, i, i, i, p, p, p, i, i, i, i, i, i, i, i, p]
+        so.vptq_cluster_gemv.argtypes = [p, i, p, p, i, i, p, p, i, i, i, p, p, p, i, i, i, i, i, i, i, i, i, p]
         so.vptq_cluster_smem_bytes.restype = ctypes.c_long
         so.vptq_cluster_smem_bytes.argtypes = [i, i]
         so.vptq_cluster_max_active.restype = i
@@ -184,7 +191,7 @@ def gemv(x2: torch.Tensor, n: int, indices: torch.Tensor, codebook: torch.Tensor
         index_bits, res_indices.data_ptr() if has_res else None, res_codebook.data_ptr() if has_res else None,
         res_codebook.shape[0] if has_res else 0, rb, copies, scale.data_ptr() if scale is not None else None,
         bias.data_ptr() if bias is not None else None, out.data_ptr(), n, k, indices.shape[1],
-        res_indices.shape[1] if has_res else 1, launch.gt, launch.lt, launch.cl, int(launch.smem),
+        res_indices.shape[1] if has_res else 1, launch.gt, launch.lt, launch.cl, int(launch.smem), int(pdl_enabled()),
         torch.cuda.current_stream(x2.device).cuda_stream)
     if rc != 0:
         raise CompressError(f"vptq cluster kernel: launch failed with code {rc} (n={n}, k={k}, bits={index_bits}/{rb}, "

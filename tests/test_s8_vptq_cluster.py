@@ -212,3 +212,42 @@ def test_refused_cooperative_launch_is_an_error_and_leaves_no_trace():
         vptq_cuda.gemv(x, n, *args, gt=8, cpt=sms, coop=True)  # 3 tiles x sms CTAs
     vptq_cuda.gemv(x, n, *args, gt=8, cpt=5, coop=True)
     assert rel_err(out, vptq_linear_ref(x, n, **d)) < 3e-3
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("smem", [True, False])
+def test_pdl_chain_gives_the_same_bytes_as_plain_launches(monkeypatch, smem):
+    """Cluster launches back to back in one graph, each reading the previous one's output: with programmatic
+    dependent launch (weights requested before the wait, x after it) the bytes equal plain launches'."""
+    n = k = 1024
+    ds = [make_vptq(n, k, 4096, 256, DEVICE, seed=20 + s) for s in range(4)]
+    launch = vptq_cluster.Launch(1, 8, 4, smem)
+    x = torch.randn(1, k, device=DEVICE).half()
+    outs = [torch.empty(1, n, device=DEVICE, dtype=x.dtype) for _ in ds]
+
+    def chain():
+        h = x
+        for d, o in zip(ds, outs):
+            h = vptq_cluster.gemv(h, n, d["indices"], d["codebook"], 12, d["res_indices"], d["res_codebook"], 8,
+                                  d["scale"], d["bias"], o, launch)
+        return h
+
+    results = {}
+    for pdl in ("1", "0"):
+        monkeypatch.setenv("COMPRESS_VPTQ_PDL", pdl)
+        chain()
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            chain()
+        for o in outs:
+            o.fill_(float("nan"))
+        g.replay()
+        g.replay()
+        results[pdl] = outs[-1].clone()
+    assert torch.equal(results["1"], results["0"])
+    h = x
+    for d in ds:
+        h = vptq_linear_ref(h, n, **d)
+    assert rel_err(results["1"], h) < 1e-2

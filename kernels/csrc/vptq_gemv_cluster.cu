@@ -170,8 +170,12 @@ struct Params {
   const __half* scale;
   const __half* bias;
   void* out;
-  int kc, kr, rc, N, K, IW, RW, cl, x_bf16;
+  int kc, kr, rc, N, K, IW, RW, cl, x_bf16, pdl;
 };
+
+// Programmatic dependent launch (sm_90; no-ops when the launch did not ask for it).
+__device__ __forceinline__ void grid_dep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void grid_dep_launch() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
 
 // Shared memory (dynamic), SMEM: [main codebook 16<<B bytes (>= RED_BYTES + tile), aliased after the
 // loop by the warp-reduction buffer (32 KB) and the CTA's tile sums (<= 8 KB)] [residual, rc copies].
@@ -223,7 +227,7 @@ __global__ void __launch_bounds__(THREADS, 1) vptq_cluster_kernel(const Params p
   constexpr int STEP = WARPS * CPW;
   const int ncols = jl < j1 ? (j1 - jl + STEP - 1) / STEP : 0;
   Column<GT, B, RB> ring[DEPTH];
-  auto load = [&](Column<GT, B, RB>& c, int ci) {
+  auto load_idx = [&](Column<GT, B, RB>& c, int ci) {
     const int j = jl + ci * STEP;
     const int32_t* row = p.idx + (long)j * p.IW + mw0;
 #pragma unroll
@@ -233,11 +237,18 @@ __global__ void __launch_bounds__(THREADS, 1) vptq_cluster_kernel(const Params p
 #pragma unroll
       for (int i = 0; i < SR::WORDS; ++i) c.r[i] = static_cast<uint32_t>(__ldg(rrow + min(i, rlim)));
     }
-    c.x = __ldg(p.x + j);
   };
+  auto load = [&](Column<GT, B, RB>& c, int ci) {
+    load_idx(c, ci);
+    c.x = __ldcg(p.x + jl + ci * STEP);
+  };
+  // Weights (codebooks, indices) are requested before the dependency wait; x, from the previous kernel,
+  // after it. Under PDL this kernel's codebook copy and first index loads overlap the previous one's tail.
+  // x is read past L1 (ld.global.cg): this kernel starts before the previous one has written x, so an L1
+  // line of x from an earlier call could be stale (seen on the H100: NaN from a buffer's earlier fill).
 #pragma unroll
   for (int d = 0; d < DEPTH; ++d)
-    if (d < ncols) load(ring[d], d);
+    if (d < ncols) load_idx(ring[d], d);
 
   // Residual codebook: replicated rc times in shared memory (lane l reads copy l % rc: the 8 lanes of
   // a quarter warp hit different bank groups).
@@ -250,6 +261,10 @@ __global__ void __launch_bounds__(THREADS, 1) vptq_cluster_kernel(const Params p
       for (int c = 0; c < p.rc; ++c) dst[c] = v;
     }
   }
+  if (p.pdl) grid_dep_wait();
+#pragma unroll
+  for (int d = 0; d < DEPTH; ++d)
+    if (d < ncols) ring[d].x = __ldcg(p.x + jl + d * STEP);
   if constexpr (SMEM) codebook_copy_wait(&s_bar);
   __syncthreads();
 
@@ -310,6 +325,8 @@ __global__ void __launch_bounds__(THREADS, 1) vptq_cluster_kernel(const Params p
       }
     }
   }
+
+  if (p.pdl) grid_dep_launch();  // the next kernel's weight requests may overlap this one's reductions
 
   // 1. Lanes of the same slot lane (different columns) -> lanes 0..LT-1, butterfly (every lane of a
   //    group ends with the same bits: fp addition is commutative).
@@ -408,7 +425,7 @@ int launch(const Params& p, int tiles, cudaStream_t stream) {
     configured = true;
   }
   cudaLaunchConfig_t cfg = {};
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];
   cfg.gridDim = dim3(tiles * p.cl);
   cfg.blockDim = dim3(THREADS);
   cfg.dynamicSmemBytes = smem;
@@ -419,6 +436,11 @@ int launch(const Params& p, int tiles, cudaStream_t stream) {
   attr[0].val.clusterDim.z = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
+  if (p.pdl) {
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    cfg.numAttrs = 2;
+  }
   cudaError_t e = cudaLaunchKernelEx(&cfg, kern, p);
   if (e != cudaSuccess) return refused(e);
   return static_cast<int>(cudaGetLastError());
@@ -483,14 +505,17 @@ int vptq_cluster_max_active(int gt, int lt, int smem, int cl, int rc) {
 }
 
 // Returns 0, a cudaError_t, -1 for a tile shape that is not compiled, -2 for bits this library was not
-// built for, -3 for a bad cluster size or copy count. cl: CTAs per tile (1..16, the split of K).
+// built for, -3 for a bad cluster size or copy count. cl: CTAs per tile (1..16, the split of K). pdl = 1:
+// programmatic dependent launch (weights requested before the wait for the previous kernel, x after it;
+// the weights must not be written by the kernel launched just before, as a model's weights are not).
 int vptq_cluster_gemv(const void* x, int x_is_bf16, const int32_t* idx, const void* cb, int kc, int b, const int32_t* ridx,
                       const void* rcb, int kr, int rb, int rc, const void* scale, const void* bias, void* out, int N, int K,
-                      int IW, int RW, int gt, int lt, int cl, int smem, void* stream_) {
+                      int IW, int RW, int gt, int lt, int cl, int smem, int pdl, void* stream_) {
   if (b != VPTQ_B || rb != VPTQ_RB) return -2;
   if (cl < 1 || cl > 16 || (rc != 4 && rc != 8)) return -3;
   Params p{static_cast<const uint16_t*>(x), idx, static_cast<const uint4*>(cb), ridx, static_cast<const uint4*>(rcb),
-           static_cast<const __half*>(scale), static_cast<const __half*>(bias), out, kc, kr, rc, N, K, IW, RW, cl, x_is_bf16};
+           static_cast<const __half*>(scale), static_cast<const __half*>(bias), out, kc, kr, rc, N, K, IW, RW, cl, x_is_bf16,
+           pdl};
   const int tiles = (N / 8 + gt * lt - 1) / (gt * lt);
   cudaStream_t s = static_cast<cudaStream_t>(stream_);
   return smem ? by_tile<true>(gt, lt, p, tiles, s) : by_tile<false>(gt, lt, p, tiles, s);
