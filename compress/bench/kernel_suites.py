@@ -222,7 +222,7 @@ def _path(cfg: dict) -> str:
 
 
 def _ours_w4a16(x, p, gs: int, ref: torch.Tensor | None, method: str = DEFAULT_METHOD) -> dict:
-    """Our W4A16 paths on one call: the Triton launcher, and the CUDA C++ GEMV where it covers M (<= 16) and built.
+    """Our W4A16 paths on one call: the Triton launcher, and the CUDA C++ GEMV where it covers M (<= 64) and built.
     kernel_ms is the faster of the two (the runtime's PathTable makes the same choice); rel_err the worse."""
     from kernels import w4a16_cuda
     from kernels.w4a16 import _config, w4a16_linear
@@ -237,7 +237,7 @@ def _ours_w4a16(x, p, gs: int, ref: torch.Tensor | None, method: str = DEFAULT_M
             errs.append(_rel_err(w4a16_cuda.w4a16_gemv(x, p["qweight"], p["scales"], p["zeros"], gs), ref))
     won = cuda is not None and cuda < tri
     return {"ours": cuda if won else tri, "triton_ms": tri, "cuda_gemv_ms": cuda, "rel_err": max(errs) if errs else None,
-            "path": w4a16_cuda.planned(n, x.shape[-1], x.shape[0]) if won else _path(_config(x.shape[0], n))}
+            "path": w4a16_cuda.planned(n, x.shape[-1], x.shape[0]) if won else _path(_config(x.shape[0], n, x.shape[-1]))}
 
 
 def run_w4a16(copy_gbs: float, quick: bool, method: str = DEFAULT_METHOD) -> list[dict]:
