@@ -2,16 +2,20 @@
 
 The sources include no torch headers, so nvcc builds each in seconds; the library is cached under
 ~/.cache/compress/kernels (COMPRESS_KERNEL_CACHE), keyed by the source bytes, the GPU architecture and
-the build flags, so an edited source or another GPU gets its own build.
+the build flags, so an edited source (or a local header it includes) or another GPU gets its own build.
 """
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
+import re
 import shutil
 import subprocess
+import threading
 from pathlib import Path
+from typing import Callable, Hashable
 
 import torch
 
@@ -35,6 +39,17 @@ def arch_of(major: int, minor: int) -> str:
     return f"{major}{minor}{suffix}"
 
 
+def source_bytes(src: Path) -> bytes:
+    """The source and every local header it includes (`#include "name"`, beside it), for the cache key: an
+    edited shared header must rebuild each library that includes it."""
+    data = src.read_bytes()
+    for name in re.findall(rb'^\s*#include\s+"([^"]+)"', data, flags=re.M):
+        header = src.parent / name.decode()
+        if header.is_file():
+            data += source_bytes(header)
+    return data
+
+
 def compile_library(src: Path, name: str, flags: list[str], arch_code: str, what: str, fallback: str) -> Path:
     """Path of the built library `<src stem>_<name>_<key>.so` (built now if not cached).
 
@@ -43,7 +58,7 @@ def compile_library(src: Path, name: str, flags: list[str], arch_code: str, what
     exe = nvcc()
     if exe is None:
         raise CompressError(f"{what}: nvcc not found (set CUDA_HOME); {fallback}")
-    key = hashlib.sha256(src.read_bytes() + " ".join([arch_code, *flags]).encode()).hexdigest()[:16]
+    key = hashlib.sha256(source_bytes(src) + " ".join([arch_code, *flags]).encode()).hexdigest()[:16]
     cache = Path(os.environ.get("COMPRESS_KERNEL_CACHE", Path.home() / ".cache" / "compress" / "kernels"))
     lib = cache / f"{src.stem}_{name}_{key}.so"
     if not lib.exists():
@@ -76,3 +91,30 @@ class SplitKWorkspace:
             cnt = torch.zeros(max(tiles, 4096), dtype=torch.int32, device=device)
             self._by_device[device] = (ws, cnt)
         return ws, cnt
+
+
+class Libraries:
+    """Kernel libraries loaded by key (variant, bits, arch...): each built, loaded and bound (`bind` sets the
+    ctypes signatures) once per process. A failed build is remembered and its error raised again, so a missing
+    nvcc costs one attempt, not one per call."""
+
+    def __init__(self, bind: Callable[[ctypes.CDLL], None]):
+        self._bind = bind
+        self._lock = threading.Lock()
+        self._libs: dict[Hashable, ctypes.CDLL] = {}
+        self._failed: dict[Hashable, str] = {}
+
+    def get(self, key: Hashable, build: Callable[[], Path]) -> ctypes.CDLL:
+        with self._lock:
+            if key in self._libs:
+                return self._libs[key]
+            if key in self._failed:
+                raise CompressError(self._failed[key])
+            try:
+                so = ctypes.CDLL(str(build()))
+            except (CompressError, OSError) as e:
+                self._failed[key] = str(e)
+                raise CompressError(str(e)) from None
+            self._bind(so)
+            self._libs[key] = so
+            return so

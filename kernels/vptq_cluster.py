@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,9 +38,6 @@ NS_PER_VECTOR_L1 = {8: 0.75, 4: 0.80, 2: 0.90, 1: 1.10}
 US_COPY_PER_KB = 0.012       # bulk copy of the main codebook per CTA (multicast shares L2 reads)
 US_CLUSTER_PER_CTA = 0.08    # the distributed-shared-memory reduction, per CTA of the cluster
 
-_lock = threading.Lock()
-_libs: dict[tuple[int, int], ctypes.CDLL] = {}
-_failed: dict[tuple[int, int], str] = {}
 _active: dict[tuple, int] = {}
 
 
@@ -57,28 +53,22 @@ def compile_pair(arch_code: str, b: int, rb: int) -> Path:
                                       "vptq cluster kernel", "using the split-K kernel")
 
 
+def _bind(so: ctypes.CDLL) -> None:
+    p, i = ctypes.c_void_p, ctypes.c_int
+    so.vptq_cluster_gemv.restype = i
+    so.vptq_cluster_gemv.argtypes = [p, i, p, p, i, i, p, p, i, i, i, p, p, p, i, i, i, i, i, i, i, i, i, p]
+    so.vptq_cluster_smem_bytes.restype = ctypes.c_long
+    so.vptq_cluster_smem_bytes.argtypes = [i, i]
+    so.vptq_cluster_max_active.restype = i
+    so.vptq_cluster_max_active.argtypes = [i, i, i, i, i]
+
+
+_libraries = cuda_build.Libraries(_bind)
+
+
 def build(device: torch.device, b: int, rb: int) -> ctypes.CDLL:
     """Compile (once per source/arch/bits, cached under ~/.cache/compress) and load the library."""
-    key = (b, rb)
-    with _lock:
-        if key in _libs:
-            return _libs[key]
-        if key in _failed:
-            raise CompressError(_failed[key])
-        try:
-            so = ctypes.CDLL(str(compile_pair(cuda_build.arch(device), b, rb)))
-        except (CompressError, OSError) as e:
-            _failed[key] = str(e)
-            raise CompressError(str(e)) from None
-        p, i = ctypes.c_void_p, ctypes.c_int
-        so.vptq_cluster_gemv.restype = i
-        so.vptq_cluster_gemv.argtypes = [p, i, p, p, i, i, p, p, i, i, i, p, p, p, i, i, i, i, i, i, i, i, i, p]
-        so.vptq_cluster_smem_bytes.restype = ctypes.c_long
-        so.vptq_cluster_smem_bytes.argtypes = [i, i]
-        so.vptq_cluster_max_active.restype = i
-        so.vptq_cluster_max_active.argtypes = [i, i, i, i, i]
-        _libs[key] = so
-        return so
+    return _libraries.get((b, rb), lambda: compile_pair(cuda_build.arch(device), b, rb))
 
 
 def prebuild(device: torch.device, pairs: list[tuple[int, int]]) -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import ctypes
 import math
 import os
-import threading
 import warnings
 from pathlib import Path
 
@@ -44,9 +43,6 @@ US_PER_PARTIAL = 0.06
 # best variant overall; COMPRESS_VPTQ_CLUSTER selects it.
 DEFAULT_CLUSTER = 1
 
-_lock = threading.Lock()
-_libs: dict[str, ctypes.CDLL] = {}
-_failed: dict[str, str] = {}
 _warned: list[bool] = []
 _workspace = cuda_build.SplitKWorkspace()
 
@@ -87,28 +83,23 @@ def prebuild(device: torch.device, names: list[str]) -> None:
         list(pool.map(lambda nm: _compile(device, nm), names))
 
 
+def _bind(so: ctypes.CDLL) -> None:
+    p, i = ctypes.c_void_p, ctypes.c_int
+    so.vptq_gemv.restype = i
+    so.vptq_gemv.argtypes = [p, i, p, p, i, i, p, p, i, i, i, p, p, p, p, p, i, i, i, i, i, i, i, i, i, i, p]
+    so.vptq_gemv_workspace_floats.restype = ctypes.c_long
+    so.vptq_gemv_workspace_floats.argtypes = [i, i, i]
+    so.vptq_gemv_smem_bytes.restype = ctypes.c_long
+    so.vptq_gemv_smem_bytes.argtypes = [i, i, i]
+
+
+_libraries = cuda_build.Libraries(_bind)
+
+
 def build(device: torch.device, name: str | None = None) -> ctypes.CDLL:
     """Compile (once per source/arch/variant, cached under ~/.cache/compress) and load the library."""
     name = name or variant()
-    with _lock:
-        if name in _libs:
-            return _libs[name]
-        if name in _failed:
-            raise CompressError(_failed[name])
-        try:
-            so = ctypes.CDLL(str(_compile(device, name)))
-        except (CompressError, OSError) as e:
-            _failed[name] = str(e)
-            raise CompressError(str(e)) from None
-        p, i = ctypes.c_void_p, ctypes.c_int
-        so.vptq_gemv.restype = i
-        so.vptq_gemv.argtypes = [p, i, p, p, i, i, p, p, i, i, i, p, p, p, p, p, i, i, i, i, i, i, i, i, i, i, p]
-        so.vptq_gemv_workspace_floats.restype = ctypes.c_long
-        so.vptq_gemv_workspace_floats.argtypes = [i, i, i]
-        so.vptq_gemv_smem_bytes.restype = ctypes.c_long
-        so.vptq_gemv_smem_bytes.argtypes = [i, i, i]
-        _libs[name] = so
-        return so
+    return _libraries.get(name, lambda: _compile(device, name))
 
 
 def _smem_limit(device: torch.device) -> int:

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import threading
 import warnings
 from pathlib import Path
 
@@ -134,9 +133,6 @@ _RC = {-1: "M outside 1..64", -2: "group_size not 64/128", -3: "bad split-K plan
 # Input transforms of `_launch` (the .cu's Args.xform): the decode step's glue folded into the GEMV's activation staging.
 XFORM = {None: 0, "silu_mul": 1, "rms_norm": 2}
 
-_lock = threading.Lock()
-_libs: dict[tuple[str, str, bool], ctypes.CDLL] = {}
-_failed: dict[tuple[str, str, bool], str] = {}
 _warned: list[bool] = []
 _workspace = cuda_build.SplitKWorkspace()
 
@@ -235,31 +231,26 @@ def compile_variant(arch_code: str, name: str, xform: bool = False) -> Path:
                                       "the Triton kernels serve instead")
 
 
+def _bind(so: ctypes.CDLL) -> None:
+    p, i = ctypes.c_void_p, ctypes.c_int
+    so.w4a16_gemv.restype = i
+    so.w4a16_gemv.argtypes = [p, i, p, p, p, p, p, p, i, i, i, i, i, i, i, i, p]
+    so.w4a16_gemv_x.restype = i
+    so.w4a16_gemv_x.argtypes = [p, i, p, p, p, p, p, p, i, i, i, i, i, i, i, i, p, i, p, p, p, ctypes.c_float]
+    so.w4a16_gemv_rows_per_cta.restype = i
+    so.w4a16_gemv_variant.restype = i
+    so.w4a16_gemv_ctas_per_sm.restype = i
+    so.w4a16_gemv_ctas_per_sm.argtypes = [i, i, i, i, i, i]
+
+
+_libraries = cuda_build.Libraries(_bind)
+
+
 def build(device: torch.device, name: str | None = None, xform: bool = False) -> ctypes.CDLL:
     """Compile (once per source / arch / variant / xform, cached on disk) and load the library."""
     name = name or default_config(1)[0]
     key = (cuda_build.arch(device), name, xform)
-    with _lock:
-        if key in _libs:
-            return _libs[key]
-        if key in _failed:
-            raise CompressError(_failed[key])
-        try:
-            so = ctypes.CDLL(str(compile_variant(key[0], name, xform)))
-        except (CompressError, OSError) as e:
-            _failed[key] = str(e)
-            raise CompressError(str(e)) from None
-        p, i = ctypes.c_void_p, ctypes.c_int
-        so.w4a16_gemv.restype = i
-        so.w4a16_gemv.argtypes = [p, i, p, p, p, p, p, p, i, i, i, i, i, i, i, i, p]
-        so.w4a16_gemv_x.restype = i
-        so.w4a16_gemv_x.argtypes = [p, i, p, p, p, p, p, p, i, i, i, i, i, i, i, i, p, i, p, p, p, ctypes.c_float]
-        so.w4a16_gemv_rows_per_cta.restype = i
-        so.w4a16_gemv_variant.restype = i
-        so.w4a16_gemv_ctas_per_sm.restype = i
-        so.w4a16_gemv_ctas_per_sm.argtypes = [i, i, i, i, i, i]
-        _libs[key] = so
-        return so
+    return _libraries.get(key, lambda: compile_variant(key[0], name, xform))
 
 
 def prebuild(device: torch.device, names: list[str]) -> None:

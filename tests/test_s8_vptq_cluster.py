@@ -251,3 +251,28 @@ def test_pdl_chain_gives_the_same_bytes_as_plain_launches(monkeypatch, smem):
     for d in ds:
         h = vptq_linear_ref(h, n, **d)
     assert rel_err(results["1"], h) < 1e-2
+
+
+def test_build_cache_key_covers_included_headers(tmp_path):
+    """An edited local header must change the cache key of every source that includes it."""
+    (tmp_path / "common.cuh").write_text("// v1\n")
+    src = tmp_path / "k.cu"
+    src.write_text('#include <stdint.h>\n#include "common.cuh"\nint f() { return 1; }\n')
+    before = cuda_build.source_bytes(src)
+    assert b"// v1" in before
+    (tmp_path / "common.cuh").write_text("// v2\n")
+    assert cuda_build.source_bytes(src) != before
+
+
+def test_failed_build_is_remembered_and_raised_again():
+    calls = []
+
+    def broken():
+        calls.append(1)
+        raise CompressError("nvcc not found")
+
+    libs = cuda_build.Libraries(lambda so: None)
+    for _ in range(2):
+        with pytest.raises(CompressError, match="nvcc not found"):
+            libs.get("k", broken)
+    assert calls == [1]  # one attempt, not one per call

@@ -10,7 +10,7 @@ import torch
 from compress.packing.int4 import padded_k
 from kernels import w4a16, w4a16_cuda
 from kernels.w4a16 import w4a16_linear_ref
-from tests.test_w4a16_cuda import TOL, gpu, layer, rel_err
+from tests.test_w4a16_cuda import TOL, check_gemv_against_reference, gpu, layer, rel_err
 
 WIDE = sorted(w4a16_cuda.ROW_TILES)
 # (N, K): a partial CTA of two-tile warps (N = 40, 257: rows past N inside a 32-row warp), a half block of K
@@ -25,13 +25,7 @@ WIDE_M = (17, 24, 32, 33, 48, 64)  # 4 token tiles (17..32) and 8 (33..64), part
 @pytest.mark.parametrize("gs,sym", [(128, True), (64, False)], ids=["g128sym", "g64asym"])
 @pytest.mark.parametrize("n,k", SHAPES, ids=[f"{n}x{k}" for n, k in SHAPES])
 def test_wide_m_matches_reference_with_the_default_plan(dtype, gs, sym, n, k):
-    p = layer(n, k, gs, sym, dtype, seed=n + k + gs)
-    for m in WIDE_M:
-        x = torch.randn(m, k, device="cuda", generator=torch.Generator("cuda").manual_seed(m)).to(dtype)
-        out = w4a16_cuda.w4a16_gemv(x, p["qweight"], p["scales"], p["zeros"], gs)
-        assert out.shape == (m, n) and out.dtype == dtype
-        err = rel_err(out, w4a16_linear_ref(x, p["qweight"], p["scales"], p["zeros"], gs))
-        assert err < TOL[dtype], f"M={m}: rel err {err:.2e}"
+    check_gemv_against_reference(n, k, gs, sym, dtype, WIDE_M)
 
 
 @gpu

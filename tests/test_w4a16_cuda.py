@@ -35,8 +35,13 @@ def layer(n, k, gs, sym, dtype, device="cuda", seed=0):
 @pytest.mark.parametrize("sym", [True, False], ids=["sym", "asym"])
 @pytest.mark.parametrize("n,k", SHAPES, ids=[f"{n}x{k}" for n, k in SHAPES])
 def test_gemv_matches_reference(dtype, gs, sym, n, k):
+    check_gemv_against_reference(n, k, gs, sym, dtype, (1, 3, 8, 9, 16))  # one token tile (M <= 8), two (M = 9..16)
+
+
+def check_gemv_against_reference(n: int, k: int, gs: int, sym: bool, dtype: torch.dtype, ms) -> None:
+    """The CUDA GEMV with its default plan against the reference on a random (n, k) layer, for each M in `ms`."""
     p = layer(n, k, gs, sym, dtype, seed=n + k + gs)
-    for m in (1, 3, 8, 9, 16):  # one token tile (M <= 8), two (M = 9..16)
+    for m in ms:
         x = torch.randn(m, k, device="cuda", generator=torch.Generator("cuda").manual_seed(m)).to(dtype)
         out = w4a16_cuda.w4a16_gemv(x, p["qweight"], p["scales"], p["zeros"], gs)
         assert out.shape == (m, n) and out.dtype == dtype

@@ -28,6 +28,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "vptq_common.cuh"
+
 namespace {
 
 // Build-time variants (kernels/vptq_cuda.py builds one library per variant):
@@ -55,17 +57,6 @@ constexpr int RED_BYTES = WARPS * 512 * 4;  // cross-warp reduction buffer (alia
 // 16 warps with GT=8 get 2: at 3 ptxas spilled inside the loop.
 template <int GT> __host__ __device__ constexpr int depth_for() { return (WARPS <= 8 || GT < 8) ? 4 : 2; }
 
-__host__ __device__ constexpr int gcd_c(int a, int b) { return b == 0 ? a : gcd_c(b, a % b); }
-
-// Words a lane must load to cover GT*B bits that may start at any multiple of gcd(GT*B, 32).
-template <int GT, int B>
-struct Stream {
-  static constexpr int BITS = GT * B;
-  static constexpr int MAXOFF = 32 - gcd_c(BITS, 32);
-  static constexpr int WORDS = (MAXOFF + BITS + 31) / 32;  // loaded
-  static constexpr int NWORDS = (BITS + 31) / 32;          // after the shift
-};
-
 template <typename T> __device__ __forceinline__ float to_f32(uint16_t raw);
 template <> __device__ __forceinline__ float to_f32<__half>(uint16_t raw) {
   return __half2float(__ushort_as_half(raw));
@@ -77,25 +68,9 @@ template <typename T> __device__ __forceinline__ T from_f32(float v);
 template <> __device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half_rn(v); }
 template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
-
-// A refused call also sets this runtime's last error: clear it, or the next good launch reports it.
-inline int refused(cudaError_t e) {
-  cudaGetLastError();
-  return static_cast<int>(e);
-}
-
 // Cluster multicast of the main codebook (Hopper bulk copy engine): CTA rank r of a cluster of cl
 // copies slice r of the codebook into the shared memory of every CTA of the cluster, so the L2
 // serves each codebook byte once per cluster instead of once per CTA.
-__device__ __forceinline__ void cluster_sync_all() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ uint32_t cluster_rank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
-}
 __device__ __forceinline__ void load_codebook_multicast(unsigned char* s_main, const uint4* cb, int kc, int cl,
                                                         uint64_t* bar) {
   const uint32_t b = smem_u32(bar);
@@ -136,50 +111,9 @@ __device__ __forceinline__ void load_codebook_bulk(unsigned char* s_main, const 
   }
   __syncthreads();
 }
-__device__ __forceinline__ void wait_codebook_multicast(uint64_t* bar) {
-  const uint32_t b = smem_u32(bar);
-  uint32_t done = 0;
-  while (!done) {
-    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\nselp.u32 %0, 1, 0, p;\n}\n"
-                 : "=r"(done) : "r"(b) : "memory");
-  }
-}
-
 __device__ __forceinline__ uint32_t ld_word(const int32_t* p) {
   return static_cast<uint32_t>(__ldg(p));
 }
-
-// Index at compile-time bit P (width B) of the shifted words u[].
-template <int B, int P, int N>
-__device__ __forceinline__ uint32_t field(const uint32_t (&u)[N]) {
-  constexpr int w = P / 32, s = P % 32;
-  constexpr uint32_t mask = (B >= 32) ? 0xFFFFFFFFu : ((1u << B) - 1u);
-  if constexpr (s + B <= 32) {
-    return (u[w] >> s) & mask;
-  } else {
-    return __funnelshift_r(u[w], u[w + 1], s) & mask;
-  }
-}
-
-template <int GT, int B>
-__device__ __forceinline__ void shift_words(const uint32_t (&w)[Stream<GT, B>::WORDS], uint32_t off,
-                                            uint32_t (&u)[Stream<GT, B>::NWORDS]) {
-  using S = Stream<GT, B>;
-  if constexpr (S::MAXOFF == 0) {
-#pragma unroll
-    for (int i = 0; i < S::NWORDS; ++i) u[i] = w[i];
-  } else {
-#pragma unroll
-    for (int i = 0; i < S::NWORDS; ++i) u[i] = (i + 1 < S::WORDS) ? __funnelshift_r(w[i], w[i + 1], off) : (w[i] >> off);
-  }
-}
-
-template <int GT, int B, int RB>
-struct Column {
-  uint32_t m[Stream<GT, B>::WORDS];
-  uint32_t r[RB ? Stream<GT, RB>::WORDS : 1];
-  uint16_t x;
-};
 
 // Output element of float f of a tile's partial (layout of the CTA reduction below: round rr, float4 k4
 // of lane ln, component c): n = ((t*32 + ln)*GT + q)*8 + i.
@@ -380,10 +314,10 @@ vptq_gemv_kernel(const uint16_t* __restrict__ x, const int32_t* __restrict__ idx
   if (warm == 0x7FC00001u) s_last = 1;  // uses the warming load (waits for it); never true in practice
   if (mode != 2) {
     if (cl > 1) {
-      wait_codebook_multicast(&s_bar);
+      codebook_wait(&s_bar);
       cluster_sync_all();  // every CTA has all its bytes: no bulk copy is left in flight when one exits
     } else if (VPTQ_BULK) {
-      wait_codebook_multicast(&s_bar);
+      codebook_wait(&s_bar);
     } else {
       asm volatile("cp.async.wait_all;\n" ::);
     }

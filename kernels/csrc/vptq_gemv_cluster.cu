@@ -26,6 +26,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "vptq_common.cuh"
+
 namespace {
 
 #ifndef VPTQ_B
@@ -40,33 +42,6 @@ constexpr int RED_FLOATS = 512;                      // per warp per reduction r
 constexpr int RED_BYTES = WARPS * RED_FLOATS * 4;    // 32 KB
 constexpr int TILE_MAX_FLOATS = 32 * 8 * 8;          // LT*GT*8 at most (8 KB)
 
-__host__ __device__ constexpr int gcd_c(int a, int b) { return b == 0 ? a : gcd_c(b, a % b); }
-
-// Words a lane loads to cover GT*B bits that may start at any multiple of gcd(GT*B, 32).
-template <int GT, int B>
-struct Stream {
-  static constexpr int BITS = GT * B;
-  static constexpr int MAXOFF = 32 - gcd_c(BITS, 32);
-  static constexpr int WORDS = (MAXOFF + BITS + 31) / 32;
-  static constexpr int NWORDS = (BITS + 31) / 32;
-};
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
-
-// A refused call also sets this runtime's last error: clear it, or the next good launch reports it.
-inline int refused(cudaError_t e) {
-  cudaGetLastError();
-  return static_cast<int>(e);
-}
-
-__device__ __forceinline__ void cluster_sync_all() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ uint32_t cluster_rank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
-}
 // Address of the same shared-memory byte in CTA `rank` of the cluster.
 __device__ __forceinline__ uint32_t peer_addr(uint32_t local, uint32_t rank) {
   uint32_t r;
@@ -109,45 +84,6 @@ __device__ __forceinline__ void codebook_copy_start(unsigned char* s_main, const
     }
   }
 }
-__device__ __forceinline__ void codebook_copy_wait(uint64_t* bar) {
-  const uint32_t b = smem_u32(bar);
-  uint32_t done = 0;
-  while (!done) {
-    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\nselp.u32 %0, 1, 0, p;\n}\n"
-                 : "=r"(done) : "r"(b) : "memory");
-  }
-}
-
-// Index at compile-time bit P (width B) of the shifted words u[].
-template <int B, int P, int N>
-__device__ __forceinline__ uint32_t field(const uint32_t (&u)[N]) {
-  constexpr int w = P / 32, s = P % 32;
-  constexpr uint32_t mask = (1u << B) - 1u;
-  if constexpr (s + B <= 32) {
-    return (u[w] >> s) & mask;
-  } else {
-    return __funnelshift_r(u[w], u[w + 1], s) & mask;
-  }
-}
-
-template <int GT, int B>
-__device__ __forceinline__ void shift_words(const uint32_t (&w)[Stream<GT, B>::WORDS], uint32_t off,
-                                            uint32_t (&u)[Stream<GT, B>::NWORDS]) {
-  using S = Stream<GT, B>;
-#pragma unroll
-  for (int i = 0; i < S::NWORDS; ++i) {
-    if constexpr (S::MAXOFF == 0) u[i] = w[i];
-    else u[i] = (i + 1 < S::WORDS) ? __funnelshift_r(w[i], w[i + 1], off) : (w[i] >> off);
-  }
-}
-
-template <int GT, int B, int RB>
-struct Column {
-  uint32_t m[Stream<GT, B>::WORDS];
-  uint32_t r[RB ? Stream<GT, RB>::WORDS : 1];
-  uint16_t x;
-};
-
 __device__ __forceinline__ float x_to_f32(uint16_t raw, bool bf16) {
   return bf16 ? __uint_as_float(static_cast<uint32_t>(raw) << 16) : __half2float(__ushort_as_half(raw));
 }
@@ -265,7 +201,7 @@ __global__ void __launch_bounds__(THREADS, 1) vptq_cluster_kernel(const Params p
 #pragma unroll
   for (int d = 0; d < DEPTH; ++d)
     if (d < ncols) ring[d].x = __ldcg(p.x + jl + d * STEP);
-  if constexpr (SMEM) codebook_copy_wait(&s_bar);
+  if constexpr (SMEM) codebook_wait(&s_bar);
   __syncthreads();
 
   float acc[GT][8];
