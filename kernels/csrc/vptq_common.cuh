@@ -3,6 +3,7 @@
 // words), cluster barriers and the mbarrier wait of the codebook bulk copies. kernels/cuda_build.py hashes
 // this header into each including library's cache key.
 #pragma once
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -51,6 +52,40 @@ __device__ __forceinline__ void shift_words(const uint32_t (&w)[Stream<GT, B>::W
 #pragma unroll
     for (int i = 0; i < S::NWORDS; ++i) u[i] = (i + 1 < S::WORDS) ? __funnelshift_r(w[i], w[i + 1], off) : (w[i] >> off);
   }
+}
+
+// Index q (0..7; the caller's loop over q is unrolled, so q*B is a compile-time bit) of the shifted words u[].
+template <int B, int GT, int N>
+__device__ __forceinline__ uint32_t index_at(const uint32_t (&u)[N], int q) {
+  uint32_t v = 0;
+  switch (q) {
+#define VPTQ_CASE(Q_) case Q_: if constexpr (Q_ < GT) v = field<B, Q_ * B>(u); break;
+    VPTQ_CASE(0) VPTQ_CASE(1) VPTQ_CASE(2) VPTQ_CASE(3) VPTQ_CASE(4) VPTQ_CASE(5) VPTQ_CASE(6) VPTQ_CASE(7)
+#undef VPTQ_CASE
+  }
+  return v;
+}
+
+// Main + residual codebook rows in fp16 (one rounding of the fp16 sum; the reference adds in fp32).
+__device__ __forceinline__ uint4 add_h8(uint4 a, uint4 b) {
+  __half2 h;
+  h = __hadd2(*reinterpret_cast<const __half2*>(&a.x), *reinterpret_cast<const __half2*>(&b.x)); a.x = *reinterpret_cast<uint32_t*>(&h);
+  h = __hadd2(*reinterpret_cast<const __half2*>(&a.y), *reinterpret_cast<const __half2*>(&b.y)); a.y = *reinterpret_cast<uint32_t*>(&h);
+  h = __hadd2(*reinterpret_cast<const __half2*>(&a.z), *reinterpret_cast<const __half2*>(&b.z)); a.z = *reinterpret_cast<uint32_t*>(&h);
+  h = __hadd2(*reinterpret_cast<const __half2*>(&a.w), *reinterpret_cast<const __half2*>(&b.w)); a.w = *reinterpret_cast<uint32_t*>(&h);
+  return a;
+}
+
+// acc[i] += xf * c[i] for the 8 fp16 weights of a codebook row, in fp32.
+__device__ __forceinline__ void fma8(float (&acc)[8], float xf, const uint4& c) {
+  const float2 f0 = __half22float2(*reinterpret_cast<const __half2*>(&c.x));
+  const float2 f1 = __half22float2(*reinterpret_cast<const __half2*>(&c.y));
+  const float2 f2 = __half22float2(*reinterpret_cast<const __half2*>(&c.z));
+  const float2 f3 = __half22float2(*reinterpret_cast<const __half2*>(&c.w));
+  acc[0] = fmaf(xf, f0.x, acc[0]); acc[1] = fmaf(xf, f0.y, acc[1]);
+  acc[2] = fmaf(xf, f1.x, acc[2]); acc[3] = fmaf(xf, f1.y, acc[3]);
+  acc[4] = fmaf(xf, f2.x, acc[4]); acc[5] = fmaf(xf, f2.y, acc[5]);
+  acc[6] = fmaf(xf, f3.x, acc[6]); acc[7] = fmaf(xf, f3.y, acc[7]);
 }
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }

@@ -336,37 +336,10 @@ vptq_gemv_kernel(const uint16_t* __restrict__ x, const int32_t* __restrict__ idx
   auto consume = [&](const uint32_t (&um)[SM::NWORDS], const uint32_t (&ur)[SR::NWORDS], float xf) {
 #pragma unroll
     for (int q = 0; q < GT; ++q) {
-      uint32_t mi = 0;
-      // Unrolled q makes q*B a compile-time bit position.
-      switch (q) {
-#define VPTQ_CASE(Q) case Q: if constexpr (Q < GT) mi = field<B, Q * B>(um); break;
-        VPTQ_CASE(0) VPTQ_CASE(1) VPTQ_CASE(2) VPTQ_CASE(3) VPTQ_CASE(4) VPTQ_CASE(5) VPTQ_CASE(6) VPTQ_CASE(7)
-#undef VPTQ_CASE
-      }
-      uint4 c = *reinterpret_cast<const uint4*>(s_main + mi * 16);
-      if constexpr (RB > 0) {
-        uint32_t ri = 0;
-        switch (q) {
-#define VPTQ_CASE(Q) case Q: if constexpr (Q < GT) ri = field<RB, Q * RB>(ur); break;
-          VPTQ_CASE(0) VPTQ_CASE(1) VPTQ_CASE(2) VPTQ_CASE(3) VPTQ_CASE(4) VPTQ_CASE(5) VPTQ_CASE(6) VPTQ_CASE(7)
-#undef VPTQ_CASE
-        }
-        const uint4 r = *reinterpret_cast<const uint4*>(s_res + (ri << rsh) + lane_res);
-        // main + residual in fp16 (one rounding of the fp16 sum; the reference adds in fp32)
-        __half2 h;
-        h = __hadd2(*reinterpret_cast<const __half2*>(&c.x), *reinterpret_cast<const __half2*>(&r.x)); c.x = *reinterpret_cast<uint32_t*>(&h);
-        h = __hadd2(*reinterpret_cast<const __half2*>(&c.y), *reinterpret_cast<const __half2*>(&r.y)); c.y = *reinterpret_cast<uint32_t*>(&h);
-        h = __hadd2(*reinterpret_cast<const __half2*>(&c.z), *reinterpret_cast<const __half2*>(&r.z)); c.z = *reinterpret_cast<uint32_t*>(&h);
-        h = __hadd2(*reinterpret_cast<const __half2*>(&c.w), *reinterpret_cast<const __half2*>(&r.w)); c.w = *reinterpret_cast<uint32_t*>(&h);
-      }
-      const float2 f0 = __half22float2(*reinterpret_cast<const __half2*>(&c.x));
-      const float2 f1 = __half22float2(*reinterpret_cast<const __half2*>(&c.y));
-      const float2 f2 = __half22float2(*reinterpret_cast<const __half2*>(&c.z));
-      const float2 f3 = __half22float2(*reinterpret_cast<const __half2*>(&c.w));
-      acc[q][0] = fmaf(xf, f0.x, acc[q][0]); acc[q][1] = fmaf(xf, f0.y, acc[q][1]);
-      acc[q][2] = fmaf(xf, f1.x, acc[q][2]); acc[q][3] = fmaf(xf, f1.y, acc[q][3]);
-      acc[q][4] = fmaf(xf, f2.x, acc[q][4]); acc[q][5] = fmaf(xf, f2.y, acc[q][5]);
-      acc[q][6] = fmaf(xf, f3.x, acc[q][6]); acc[q][7] = fmaf(xf, f3.y, acc[q][7]);
+      uint4 c = *reinterpret_cast<const uint4*>(s_main + index_at<B, GT>(um, q) * 16);
+      if constexpr (RB > 0)
+        c = add_h8(c, *reinterpret_cast<const uint4*>(s_res + (index_at<RB, GT>(ur, q) << rsh) + lane_res));
+      fma8(acc[q], xf, c);
     }
   };
 

@@ -88,14 +88,6 @@ __device__ __forceinline__ float x_to_f32(uint16_t raw, bool bf16) {
   return bf16 ? __uint_as_float(static_cast<uint32_t>(raw) << 16) : __half2float(__ushort_as_half(raw));
 }
 
-__device__ __forceinline__ uint4 add_h8(uint4 a, uint4 b) {  // main + residual, fp16 (one rounding)
-  __half2 h;
-  h = __hadd2(*reinterpret_cast<const __half2*>(&a.x), *reinterpret_cast<const __half2*>(&b.x)); a.x = *reinterpret_cast<uint32_t*>(&h);
-  h = __hadd2(*reinterpret_cast<const __half2*>(&a.y), *reinterpret_cast<const __half2*>(&b.y)); a.y = *reinterpret_cast<uint32_t*>(&h);
-  h = __hadd2(*reinterpret_cast<const __half2*>(&a.z), *reinterpret_cast<const __half2*>(&b.z)); a.z = *reinterpret_cast<uint32_t*>(&h);
-  h = __hadd2(*reinterpret_cast<const __half2*>(&a.w), *reinterpret_cast<const __half2*>(&b.w)); a.w = *reinterpret_cast<uint32_t*>(&h);
-  return a;
-}
 
 struct Params {
   const uint16_t* x;
@@ -215,35 +207,18 @@ __global__ void __launch_bounds__(THREADS, 1) vptq_cluster_kernel(const Params p
   auto consume = [&](const uint32_t (&um)[SM::NWORDS], const uint32_t (&ur)[SR::NWORDS], float xf) {
 #pragma unroll
     for (int q = 0; q < GT; ++q) {
-      uint32_t mi = 0;
-      switch (q) {  // unrolled q makes q*B a compile-time bit position
-#define VPTQ_CASE(Q_) case Q_: if constexpr (Q_ < GT) mi = field<B, Q_ * B>(um); break;
-        VPTQ_CASE(0) VPTQ_CASE(1) VPTQ_CASE(2) VPTQ_CASE(3) VPTQ_CASE(4) VPTQ_CASE(5) VPTQ_CASE(6) VPTQ_CASE(7)
-#undef VPTQ_CASE
-      }
+      const uint32_t mi = index_at<B, GT>(um, q);
       uint4 c;
       if constexpr (SMEM) c = *reinterpret_cast<const uint4*>(s_main + mi * 16);
       else c = __ldg(p.cb + min(mi, static_cast<uint32_t>(p.kc - 1)));
       if constexpr (RB > 0) {
-        uint32_t ri = 0;
-        switch (q) {
-#define VPTQ_CASE(Q_) case Q_: if constexpr (Q_ < GT) ri = field<RB, Q_ * RB>(ur); break;
-          VPTQ_CASE(0) VPTQ_CASE(1) VPTQ_CASE(2) VPTQ_CASE(3) VPTQ_CASE(4) VPTQ_CASE(5) VPTQ_CASE(6) VPTQ_CASE(7)
-#undef VPTQ_CASE
-        }
+        const uint32_t ri = index_at<RB, GT>(ur, q);
         uint4 r;
         if constexpr (SMEM) r = *reinterpret_cast<const uint4*>(s_res + (ri << rsh) + lane_res);
         else r = __ldg(p.rcb + min(ri, static_cast<uint32_t>(p.kr - 1)));
         c = add_h8(c, r);
       }
-      const float2 f0 = __half22float2(*reinterpret_cast<const __half2*>(&c.x));
-      const float2 f1 = __half22float2(*reinterpret_cast<const __half2*>(&c.y));
-      const float2 f2 = __half22float2(*reinterpret_cast<const __half2*>(&c.z));
-      const float2 f3 = __half22float2(*reinterpret_cast<const __half2*>(&c.w));
-      acc[q][0] = fmaf(xf, f0.x, acc[q][0]); acc[q][1] = fmaf(xf, f0.y, acc[q][1]);
-      acc[q][2] = fmaf(xf, f1.x, acc[q][2]); acc[q][3] = fmaf(xf, f1.y, acc[q][3]);
-      acc[q][4] = fmaf(xf, f2.x, acc[q][4]); acc[q][5] = fmaf(xf, f2.y, acc[q][5]);
-      acc[q][6] = fmaf(xf, f3.x, acc[q][6]); acc[q][7] = fmaf(xf, f3.y, acc[q][7]);
+      fma8(acc[q], xf, c);
     }
   };
 
