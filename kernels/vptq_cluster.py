@@ -130,20 +130,9 @@ def plan(n: int, k: int, sms: int, index_bits: int = 12) -> Launch:
 def supports(x2: torch.Tensor, codebook: torch.Tensor, index_bits: int, res_codebook: torch.Tensor | None,
              res_index_bits: int | None, scale: torch.Tensor | None, bias: torch.Tensor | None) -> bool:
     """True when this kernel covers the call (module docstring); builds its library."""
-    if not vptq_cuda.enabled():
-        return False
-    if x2.device.type != "cuda" or x2.shape[0] != 1 or codebook.shape[1] != 8:
+    if not vptq_cuda.covers(x2, codebook, index_bits, res_codebook, res_index_bits, scale, bias, 16):
         return False
     rb = res_index_bits if res_codebook is not None else 0
-    if index_bits not in vptq_cuda.MAIN_BITS or rb not in vptq_cuda.RES_BITS:
-        return False
-    tensors = [codebook] + [t for t in (res_codebook, scale, bias) if t is not None]
-    if any(t.dtype != torch.float16 or not t.is_contiguous() for t in tensors):
-        return False
-    if codebook.data_ptr() % 16 or (res_codebook is not None and res_codebook.data_ptr() % 16):
-        return False
-    if residual_copies(x2.device, index_bits, rb) is None:
-        return False
     try:
         build(x2.device, index_bits, rb)
     except CompressError:

@@ -121,9 +121,11 @@ def residual_copies(device: torch.device, index_bits: int, res_bits: int, warps:
     return None
 
 
-def supports(x2: torch.Tensor, n: int, codebook: torch.Tensor, index_bits: int, res_codebook: torch.Tensor | None,
-             res_index_bits: int | None, scale: torch.Tensor | None, bias: torch.Tensor | None) -> bool:
-    """True when the CUDA kernel covers this call (see the module docstring)."""
+def covers(x2: torch.Tensor, codebook: torch.Tensor, index_bits: int, res_codebook: torch.Tensor | None,
+           res_index_bits: int | None, scale: torch.Tensor | None, bias: torch.Tensor | None, warps: int) -> bool:
+    """The call shape both CUDA VPTQ kernels take (module docstring), before any build: batch 1 on a GPU,
+    v = 8, the compiled index bits, fp16 contiguous codebooks (16-byte aligned) / scale / bias, and room in
+    shared memory for the codebooks at `warps` warps per CTA."""
     if not enabled() or x2.device.type != "cuda" or x2.shape[0] != 1 or codebook.shape[1] != 8:
         return False
     rb = res_index_bits if res_codebook is not None else 0
@@ -134,7 +136,13 @@ def supports(x2: torch.Tensor, n: int, codebook: torch.Tensor, index_bits: int, 
         return False
     if codebook.data_ptr() % 16 or (res_codebook is not None and res_codebook.data_ptr() % 16):
         return False
-    if residual_copies(x2.device, index_bits, rb, VARIANTS[variant()][0]) is None:
+    return residual_copies(x2.device, index_bits, rb, warps) is not None
+
+
+def supports(x2: torch.Tensor, n: int, codebook: torch.Tensor, index_bits: int, res_codebook: torch.Tensor | None,
+             res_index_bits: int | None, scale: torch.Tensor | None, bias: torch.Tensor | None) -> bool:
+    """True when the CUDA kernel covers this call (see the module docstring)."""
+    if not covers(x2, codebook, index_bits, res_codebook, res_index_bits, scale, bias, VARIANTS[variant()][0]):
         return False
     try:
         build(x2.device)
