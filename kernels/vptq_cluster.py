@@ -30,9 +30,11 @@ SRC = Path(__file__).resolve().parent / "csrc" / "vptq_gemv_cluster.cu"
 # Tile shapes compiled (VPTQ_TILES in the .cu): (gt vector slots per lane, lt lanes per tile).
 TILES = ((1, 8), (1, 16), (1, 32), (2, 16), (2, 32), (4, 32), (8, 32))
 MAX_CLUSTER = 16
-# Cost model behind `plan` (H100). Per vector, per SM: the shared-memory codebook path is bound by
-# its random 16-byte reads (0.24 ns measured for gt = 8 in session 2); narrower tiles load more index
-# words per vector. Through L1 every codebook row is a cache-line lookup (~3x slower per vector, no copy).
+# Cost model behind `plan`, written before the kernel ran: only 0.24 ns (shared-memory path, gt = 8) is a
+# session-2 measurement; the rest are estimates (narrower tiles load more index words per vector; through L1
+# a codebook row is a cache-line lookup). The session-8 probe showed it picks poorly (e.g. 26 x 5-CTA clusters
+# on 16384 x 53248: two waves, since clusters of 5 do not pack into GPCs), which is why kernels/vptq_select.py
+# times the candidates instead; `plan` serves only when this kernel is pinned.
 NS_PER_VECTOR_SMEM = {8: 0.24, 4: 0.26, 2: 0.30, 1: 0.40}
 NS_PER_VECTOR_L1 = {8: 0.75, 4: 0.80, 2: 0.90, 1: 1.10}
 US_COPY_PER_KB = 0.012       # bulk copy of the main codebook per CTA (multicast shares L2 reads)

@@ -20,7 +20,6 @@ from typing import Callable
 import torch
 
 from compress.errors import CompressError
-from kernels import vptq_cluster
 
 CHOICES = ("auto", "cluster", "splitk")
 # Split-K builds timed (kernels/vptq_cuda.py VARIANTS): codebook copied per thread, or by bulk copy.
