@@ -246,27 +246,36 @@ def _dequantize_impl(n, k, indices, codebook, index_bits, res_indices, res_codeb
 
 
 def _cuda_gemv(x2, n, k, indices, codebook, index_bits, res_indices, res_codebook, res_index_bits, scale, bias, out):
-    """Batch 1 on one of the two CUDA kernels (kernels/vptq_select.py says which)."""
+    """Batch 1 on one of the two CUDA kernels (kernels/vptq_select.py says which). A shape already timed goes
+    straight to its kernel: the coverage check and the candidates are for its first call only."""
     tensors = (indices, codebook, index_bits, res_indices, res_codebook, res_index_bits, scale, bias)
     mode = vptq_select.choice()
-    default = ("splitk", vptq_cuda.variant(), False)
-    label = default
-    if mode != "splitk" and vptq_cluster.supports(x2, codebook, index_bits, res_codebook, res_index_bits, scale, bias):
-        if mode == "cluster":
-            label = None  # the cluster kernel's own plan
-        else:
-            rb = res_index_bits if res_codebook is not None else 0
-            key = (x2.device, x2.dtype, n, k, index_bits, codebook.shape[0], rb,
-                   0 if res_codebook is None else res_codebook.shape[0], scale is None, bias is None)
-            sms = torch.cuda.get_device_properties(x2.device).multi_processor_count
-            options = {("splitk", v, coop): (lambda v=v, coop=coop: vptq_cuda.gemv(x2, n, *tensors, out, name=v, coop=coop))
-                       for v in dict.fromkeys((default[1], *vptq_select.SPLITK_VARIANTS)) for coop in (False, True)}
-            for c in vptq_cluster.candidates(n, sms):
-                options[c] = lambda c=c: vptq_cluster.gemv(x2, n, *tensors, out, launch=c)
-            label = vptq_select.pick(key, options, default)
+    rb = res_index_bits if res_codebook is not None else 0
+    key = (x2.device, x2.dtype, n, k, index_bits, codebook.shape[0], rb,
+           0 if res_codebook is None else res_codebook.shape[0], scale is None, bias is None)
+    label = vptq_select.decided(key) if mode == "auto" else None
+    if label is None:
+        label = _choose_kernel(mode, key, x2, n, tensors, out)
     if isinstance(label, tuple):
         return vptq_cuda.gemv(x2, n, *tensors, out, name=label[1], coop=label[2])
     return vptq_cluster.gemv(x2, n, *tensors, out, launch=label)
+
+
+def _choose_kernel(mode: str, key: tuple, x2, n: int, tensors: tuple, out) -> tuple | vptq_cluster.Launch | None:
+    """("splitk", variant, coop), a cluster Launch, or None (the cluster kernel's own plan) for a shape not yet
+    timed: split-K where pinned or where the cluster kernel does not cover the call, else the timed choice."""
+    default = ("splitk", vptq_cuda.variant(), False)
+    _, codebook, index_bits, _, res_codebook, res_index_bits, scale, bias = tensors
+    if mode == "splitk" or not vptq_cluster.supports(x2, codebook, index_bits, res_codebook, res_index_bits, scale, bias):
+        return default
+    if mode == "cluster":
+        return None
+    sms = torch.cuda.get_device_properties(x2.device).multi_processor_count
+    options = {("splitk", v, coop): (lambda v=v, coop=coop: vptq_cuda.gemv(x2, n, *tensors, out, name=v, coop=coop))
+               for v in dict.fromkeys((default[1], *vptq_select.SPLITK_VARIANTS)) for coop in (False, True)}
+    for c in vptq_cluster.candidates(n, sms):
+        options[c] = lambda c=c: vptq_cluster.gemv(x2, n, *tensors, out, launch=c)
+    return vptq_select.pick(key, options, default)
 
 
 def _linear_impl(x, n, indices, codebook, index_bits, res_indices, res_codebook, res_index_bits, scale, bias,

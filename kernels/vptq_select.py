@@ -40,7 +40,7 @@ def choice() -> str:
 def _flush_buffer(device: torch.device) -> torch.Tensor:
     if device not in _flush:
         l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 << 20) or (50 << 20)
-        _flush[device] = torch.empty(4 * l2 // 4, dtype=torch.int32, device=device)
+        _flush[device] = torch.empty(l2, dtype=torch.int32, device=device)  # 4 bytes each: 4x the L2
     return _flush[device]
 
 
@@ -83,6 +83,11 @@ def pick(key: tuple, options: dict[object, Callable[[], object]], fallback: obje
             continue
     _chosen[key] = min(times, key=times.get)
     return _chosen[key]
+
+
+def decided(key: tuple) -> object | None:
+    """The label kept for `key`, or None if that shape was never timed."""
+    return _chosen.get(key)
 
 
 def chosen() -> dict[tuple, object]:
