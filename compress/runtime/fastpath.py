@@ -117,15 +117,17 @@ def _prequant_ok(mod) -> bool:
 def _w4_cuda_ok(mod, x2d: torch.Tensor) -> bool:
     """A compress.int4 layer on its kernel backend whose CUDA GEMV (kernels/w4a16_cuda.py) can take x2d (M, K)."""
     from compress.runtime import kernel_bridge as kb
-    from compress.runtime.formats_compress import FUSED_GEMV_MAX_M, Int4Linear
+    from compress.runtime.formats_compress import Int4Linear
 
     if not isinstance(mod, Int4Linear) or mod.backend != "kernel" or getattr(mod, "bias", None) is not None:
         return False
-    if x2d.device.type != "cuda" or not 1 <= x2d.shape[0] <= FUSED_GEMV_MAX_M or x2d.dtype != mod.scales.dtype:
+    if x2d.device.type != "cuda" or x2d.dtype != mod.scales.dtype:
         return False
     if kb.unavailable(x2d.device, "w4a16_cuda", "w4a16_gemv_silu_mul", "w4a16_gemv_rms_norm") is not None:
         return False
-    return kb.kernel_module("w4a16_cuda").supports(x2d, mod.qweight, mod.scales, mod.zeros, mod.group_size)
+    w4 = kb.kernel_module("w4a16_cuda")
+    # The fused input transforms stop at DECODE_MAX_M tokens (the GEMV itself takes more).
+    return 1 <= x2d.shape[0] <= w4.DECODE_MAX_M and w4.supports(x2d, mod.qweight, mod.scales, mod.zeros, mod.group_size)
 
 
 # Session 7: the W4A16 decode step can fold silu * up into the down projection and the residual add + RMSNorm

@@ -38,13 +38,6 @@ def _unpack_24(values, meta, shape) -> torch.Tensor:
     return sp24_fmt.unpack_sparse24(values, meta, shape)
 
 
-# The CUDA GEMV is a PathTable candidate up to kernels.w4a16_cuda.MAX_M tokens (not imported here: kernels/
-# loads lazily; session 8 measured it ahead of Triton on 8B q/o at M = 32 and on k/v at M = 32/64). The decode
-# fast path's fused GEMVs (fastpath.py) stay at <= FUSED_GEMV_MAX_M, the builds session 7 tested.
-CUDA_GEMV_MAX_M = 64
-FUSED_GEMV_MAX_M = 16
-
-
 @register_format("compress.int4")
 class Int4Linear(QuantLinear):
     """Group-wise int4 weights in the compress.int4 kernel layout; fp16/bf16 activations."""
@@ -132,9 +125,9 @@ class Int4Linear(QuantLinear):
 
     def kernel_paths(self, x2d):
         paths = [("kernel", partial(self.kernel, x2d)), ("dequant+cublas", partial(self.dequant_cublas, x2d))]
-        # The CUDA C++ GEMV (kernels/w4a16_cuda.py) covers M <= 64 where its build succeeded; PathTable times it
-        # against the Triton kernel per (shape, M) and keeps the faster.
-        if x2d.shape[0] <= CUDA_GEMV_MAX_M and kb.unavailable(x2d.device, "w4a16_cuda", "supports") is None and \
+        # The CUDA C++ GEMV (kernels/w4a16_cuda.py) covers M <= its MAX_M (64 since session 8) where its build
+        # succeeded (`supports` says); PathTable times it against the Triton kernel per (shape, M), keeps the faster.
+        if kb.unavailable(x2d.device, "w4a16_cuda", "supports") is None and \
                 kb.kernel_module("w4a16_cuda").supports(x2d, self.qweight, self.scales, self.zeros, self.group_size):
             paths.append(("cuda_gemv", partial(self.cuda_gemv, x2d)))
         return paths
