@@ -88,6 +88,42 @@ __device__ __forceinline__ void fma8(float (&acc)[8], float xf, const uint4& c) 
   acc[6] = fmaf(xf, f3.x, acc[6]); acc[7] = fmaf(xf, f3.y, acc[7]);
 }
 
+// The residual codebook into shared memory, `rc` copies of each row side by side (row r at r << rsh bytes,
+// rsh = log2(rc * 16)); lane l then reads copy l % rc, so the 8 lanes of a quarter warp hit different bank
+// groups. Every thread of the CTA (`threads` of them) takes every threads-th row.
+__device__ __forceinline__ void replicate_residual(unsigned char* s_res, const uint4* rcb, int kr, int rc, int rsh,
+                                                   int threads) {
+  for (int r = threadIdx.x; r < kr; r += threads) {
+    const uint4 v = __ldg(rcb + r);
+    uint4* dst = reinterpret_cast<uint4*>(s_res + ((size_t)r << rsh));
+    for (int c = 0; c < rc; ++c) dst[c] = v;
+  }
+}
+
+// The main loop over a lane's `ncols` columns with a register ring of DEPTH columns in flight (unrolled, so
+// ring[d] stays in registers): shift column d's words to bit 0, convert its x (`x_f32`), request column
+// d + DEPTH into the freed slot (`load`), then decode it (`consume`). xs sums x for the bias term.
+template <int GT, int B, int RB, int DEPTH, typename Load, typename XF32, typename Consume>
+__device__ __forceinline__ void ring_loop(Column<GT, B, RB> (&ring)[DEPTH], int ncols, uint32_t moff, uint32_t roff,
+                                          float& xs, Load load, XF32 x_f32, Consume consume) {
+  using SM = Stream<GT, B>;
+  using SR = Stream<GT, RB ? RB : 1>;
+  for (int base = 0; base < ncols; base += DEPTH) {
+#pragma unroll
+    for (int d = 0; d < DEPTH; ++d) {
+      if (base + d < ncols) {
+        uint32_t um[SM::NWORDS], ur[SR::NWORDS];
+        shift_words<GT, B>(ring[d].m, moff, um);
+        if constexpr (RB > 0) shift_words<GT, RB>(ring[d].r, roff, ur);
+        const float xf = x_f32(ring[d].x);
+        xs += xf;
+        if (base + d + DEPTH < ncols) load(ring[d], base + d + DEPTH);
+        consume(um, ur, xf);
+      }
+    }
+  }
+}
+
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 
 __device__ __forceinline__ void cluster_sync_all() {

@@ -304,11 +304,7 @@ vptq_gemv_kernel(const uint16_t* __restrict__ x, const int32_t* __restrict__ idx
   const uint32_t lane_res = static_cast<uint32_t>(lane & (rc - 1)) * 16;
   if constexpr (RB > 0) {
     if (mode != 2) {
-      for (int r = tid; r < kr; r += THREADS) {
-        const uint4 v = __ldg(rcb + r);
-        uint4* dst = reinterpret_cast<uint4*>(s_res + ((size_t)r << rsh));
-        for (int c = 0; c < rc; ++c) dst[c] = v;
-      }
+      replicate_residual(s_res, rcb, kr, rc, rsh, THREADS);
     }
   }
   if (warm == 0x7FC00001u) s_last = 1;  // uses the warming load (waits for it); never true in practice
@@ -359,20 +355,7 @@ vptq_gemv_kernel(const uint16_t* __restrict__ x, const int32_t* __restrict__ idx
       consume(um, ur, xf);
     }
   } else {
-    for (int base = 0; base < ncols; base += DEPTH) {
-#pragma unroll
-      for (int d = 0; d < DEPTH; ++d) {
-        if (base + d < ncols) {
-          uint32_t um[SM::NWORDS], ur[SR::NWORDS];
-          shift_words<GT, B>(ring[d].m, moff, um);
-          if constexpr (RB > 0) shift_words<GT, RB>(ring[d].r, roff, ur);
-          const float xf = to_f32<XT>(ring[d].x);
-          xs += xf;
-          if (base + d + DEPTH < ncols) load(ring[d], base + d + DEPTH);
-          consume(um, ur, xf);
-        }
-      }
-    }
+    ring_loop(ring, ncols, moff, roff, xs, load, [](uint16_t raw) { return to_f32<XT>(raw); }, consume);
   }
 
   if (mode == 3) {  // timing probe: the main loop without the tail (the store keeps the loop alive)

@@ -183,11 +183,7 @@ __global__ void __launch_bounds__(THREADS, 1) vptq_cluster_kernel(const Params p
   const int rsh = (p.rc == 8) ? 7 : 6;
   const uint32_t lane_res = static_cast<uint32_t>(lane & (p.rc - 1)) * 16;
   if constexpr (SMEM && RB > 0) {
-    for (int r = tid; r < p.kr; r += THREADS) {
-      const uint4 v = __ldg(p.rcb + r);
-      uint4* dst = reinterpret_cast<uint4*>(s_res + ((size_t)r << rsh));
-      for (int c = 0; c < p.rc; ++c) dst[c] = v;
-    }
+    replicate_residual(s_res, p.rcb, p.kr, p.rc, rsh, THREADS);
   }
   if (p.pdl) grid_dep_wait();
 #pragma unroll
@@ -222,20 +218,7 @@ __global__ void __launch_bounds__(THREADS, 1) vptq_cluster_kernel(const Params p
     }
   };
 
-  for (int base = 0; base < ncols; base += DEPTH) {
-#pragma unroll
-    for (int d = 0; d < DEPTH; ++d) {
-      if (base + d < ncols) {
-        uint32_t um[SM::NWORDS], ur[SR::NWORDS];
-        shift_words<GT, B>(ring[d].m, moff, um);
-        if constexpr (RB > 0) shift_words<GT, RB>(ring[d].r, roff, ur);
-        const float xf = x_to_f32(ring[d].x, xbf);
-        xs += xf;
-        if (base + d + DEPTH < ncols) load(ring[d], base + d + DEPTH);
-        consume(um, ur, xf);
-      }
-    }
-  }
+  ring_loop(ring, ncols, moff, roff, xs, load, [xbf](uint16_t raw) { return x_to_f32(raw, xbf); }, consume);
 
   if (p.pdl) grid_dep_launch();  // the next kernel's weight requests may overlap this one's reductions
 
