@@ -41,7 +41,8 @@ needs_triton = pytest.mark.skipif("not triton_interpreter_works()", reason="Trit
 @pytest.fixture(scope="session")
 def stories_dir() -> Path:
     if not STORIES.is_dir():
-        pytest.fail(f"offline asset missing: {STORIES} (the project expects ../shared/assets beside it)")
+        pytest.fail(f"offline asset missing: {STORIES} (the project expects ../shared/assets beside it; "
+                    f"elsewhere set COMPRESS_TEST_ASSETS=/path/to/shared/assets)")
     return STORIES
 
 
