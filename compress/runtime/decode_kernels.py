@@ -641,6 +641,45 @@ def add_rms_norm(x: torch.Tensor, y: torch.Tensor | None, w: torch.Tensor, eps: 
 
 
 @triton.jit
+def _silu_mul_impl(gu_ptr, a_ptr, I: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):
+    """a = silu(gate) * up for BLOCK columns of one row [gate | up] (grid rows x column blocks), fp32 math rounded
+    once to the activation dtype (the compiled glue's rounding)."""
+    row = tl.program_id(0).to(tl.int64)
+    if PDL:
+        gdc_launch_dependents()
+        gdc_wait()  # everything read here is the previous launch's output
+    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < I
+    g = tl.load(gu_ptr + row * 2 * I + offs, mask=mask, other=0.0).to(tl.float32)
+    u = tl.load(gu_ptr + row * 2 * I + I + offs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(a_ptr + row * I + offs, (g / (1.0 + tl.exp(-g)) * u).to(a_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _silu_mul(gu_ptr, a_ptr, I: tl.constexpr, BLOCK: tl.constexpr):
+    _silu_mul_impl(gu_ptr, a_ptr, I, BLOCK, False)
+
+
+@triton.jit
+def _silu_mul_pdl(gu_ptr, a_ptr, I: tl.constexpr, BLOCK: tl.constexpr):
+    _silu_mul_impl(gu_ptr, a_ptr, I, BLOCK, True)
+
+
+def silu_mul(gu: torch.Tensor) -> torch.Tensor:
+    """[gate | up] (.., 2I) -> silu(gate) * up (.., I) (fastpath.silu_mul's math) as a decode-step launch: with
+    programmatic dependent launch on Hopper, so the chain of launches a decode step makes is not broken here (the
+    compiled glue's inductor kernel is launched plainly: the down projection after it could not start early)."""
+    i = gu.shape[-1] // 2
+    g2 = gu.reshape(-1, 2 * i).contiguous()
+    m = g2.shape[0]
+    a = torch.empty(m, i, dtype=gu.dtype, device=gu.device)
+    block = min(1024, triton.next_power_of_2(i))
+    kernel, opts = _pick(_silu_mul, _silu_mul_pdl, gu.device)
+    kernel[(m, triton.cdiv(i, block))](g2, a, I=i, BLOCK=block, num_warps=4, **opts)
+    return a.reshape(*gu.shape[:-1], i)
+
+
+@triton.jit
 def _silu_mul_quant(gu_ptr, a_ptr, q_ptr, qs_ptr, I: tl.constexpr, BLOCK: tl.constexpr):
     """a = silu(gate) * up of one row [gate | up] (fp32 math, rounded once to the activation dtype, as
     the compiled glue does), and a's dynamic int8 quantization for the W8A8 down projection."""

@@ -149,6 +149,19 @@ def w4_fusions() -> set[str]:
     return got
 
 
+# Session 9: the decode step's silu * up as a Triton launch with programmatic dependent launch instead of the compiled
+# glue (an inductor kernel, launched plainly, which breaks the chain of early launches before the down projection).
+# COMPRESS_DECODE_SILU = "triton" | "compiled".
+DECODE_SILU_DEFAULT = "compiled"
+
+
+def decode_silu() -> str:
+    v = os.environ.get("COMPRESS_DECODE_SILU", DECODE_SILU_DEFAULT)
+    if v not in ("triton", "compiled"):
+        raise CompressError(f"COMPRESS_DECODE_SILU={v!r} is not triton or compiled; unset it or pick one")
+    return v
+
+
 def _triton_available() -> bool:
     try:
         import triton  # noqa: F401
@@ -211,6 +224,7 @@ class FastLM:
         self.lm_head = model.lm_head
         self.rotary = model.model.rotary_emb
         self.blocks = [self._block(layer, fuse) for layer in model.model.layers]
+        self._link_l2_prefetch()
         p = next(iter(model.parameters()))
         self.device, self.dtype = p.device, self.final_norm.dtype
         shape = (batch, self.n_kv, max_len, self.head_dim)
@@ -266,6 +280,19 @@ class FastLM:
                       None if qn is None else qn.weight, None if kn is None else kn.weight,
                       qkv, a.q_proj, a.k_proj, a.v_proj, a.o_proj, gate_up, m.gate_proj, m.up_proj, m.down_proj)
 
+    def _link_l2_prefetch(self) -> None:
+        """Tell each int4 projection which packed weights the decode step reads next (q/k/v -> o -> gate/up -> down ->
+        the next layer's q/k/v): its CUDA GEMV prefetches their head into L2 while the latency-bound glue between the
+        two runs (kernels/w4a16_cuda.py, COMPRESS_W4A16_L2_PREFETCH_MB). Only a hint: no output depends on it."""
+        order = []
+        for b in self.blocks:
+            order += [b.qkv] if b.qkv is not None else [b.q, b.k, b.v]
+            order += [b.o] + ([b.gate_up] if b.gate_up is not None else [b.gate, b.up]) + [b.down]
+        for mod, nxt in zip(order, order[1:] + [None]):
+            if hasattr(mod, "l2_next"):
+                q = getattr(nxt, "qweight", None) if hasattr(nxt, "l2_next") else None
+                mod.l2_next = q
+
     def fused_counts(self) -> dict[str, int]:
         return {"qkv": sum(b.qkv is not None for b in self.blocks), "gate_up": sum(b.gate_up is not None for b in self.blocks),
                 "layers": len(self.blocks)}
@@ -302,7 +329,18 @@ class FastLM:
             return self._silu_down(blk.down, gu)
         if "silu" in self.w4_fuse and _w4_cuda_ok(blk.down, gu.reshape(-1, gu.shape[-1])[:, : blk.down.in_features]):
             return self._silu_down_w4(blk.down, gu)
-        return silu_mul_linear(blk.down, gu, self.fn["silu_mul"])
+        return silu_mul_linear(blk.down, gu, self._silu_mul_fn(gu))
+
+    def _silu_mul_fn(self, gu: torch.Tensor):
+        """silu * up for the MLP: the compiled glue, or at decode (<= 64 rows, the decode kernels on, PDL on) the
+        Triton launch that keeps the step's chain of programmatically dependent launches (decode_kernels.silu_mul)
+        when COMPRESS_DECODE_SILU says "triton" (default DECODE_SILU_DEFAULT)."""
+        rows = gu.numel() // gu.shape[-1]
+        if self.attn is None or rows > 64 or decode_silu() != "triton":
+            return self.fn["silu_mul"]
+        from compress.runtime.decode_kernels import pdl_enabled, silu_mul
+
+        return silu_mul if pdl_enabled(gu.device) else self.fn["silu_mul"]
 
     def _silu_down_w4(self, mod: nn.Module, gu: torch.Tensor) -> torch.Tensor:
         """mod(silu(gate) * up) for a W4A16 down projection: the glue's silu * up then the layer, or the CUDA GEMV

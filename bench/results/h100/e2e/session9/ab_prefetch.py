@@ -1,0 +1,116 @@
+"""Same-process A/B of the session-9 decode-step settings on the synthetic Llama-3-8B W4A16, batch 1, decode_bound
+shape (256 in, 512 out): the L2 prefetch of the next int4 layer (COMPRESS_W4A16_L2_PREFETCH_MB, kernels/w4a16_cuda.py)
+and silu * up as a Triton launch under PDL (COMPRESS_DECODE_SILU, compress/runtime/fastpath.py).
+
+One model; per arm one Generator (it captures its own CUDA graphs with the arm's settings), 3 timed runs; arms in
+the order given. Prints one ARM line per arm (TPOT, / bound, greedy tokens equal to the earlier arms'), the bound of
+the same process (decode weight bytes / copy bandwidth, as `compress bench e2e`), and writes for every arm a
+profiler trace of 3 CUDA-graph decode replays (OUT/trace_<i>.json.gz: kernel start/end times, for the gap analysis
+in summarize.py) and the top kernels of the last arm.
+
+Usage (repository root, GPU; AB_MODEL=tiny: a CPU dry run): python3 bench/results/h100/e2e/session9/ab_prefetch.py OUT "PF=0,SILU=compiled;PF=16,SILU=triton"
+PF = COMPRESS_W4A16_L2_PREFETCH_MB, SILU = COMPRESS_DECODE_SILU; any other NAME=value is set as given.
+"""
+
+from __future__ import annotations
+
+import gc
+import gzip
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from compress.bench.e2e_measure import copy_bandwidth_gbs, decode_weight_bytes, prompt_ids
+from compress.bench.e2e_synthetic import build_synthetic
+from compress.runtime.generate import Generator
+
+T0 = time.time()
+ALIASES = {"PF": "COMPRESS_W4A16_L2_PREFETCH_MB", "SILU": "COMPRESS_DECODE_SILU"}
+
+
+def log(msg: str) -> None:
+    print(f"[{time.time() - T0:6.1f} s] {msg}", flush=True)
+
+
+def parse(arm: str) -> dict[str, str]:
+    got = {}
+    for item in filter(None, (a.strip() for a in arm.split(","))):
+        name, _, value = item.partition("=")
+        got[ALIASES.get(name, name)] = value
+    return got
+
+
+def trace(gen, ids, path: Path, table_rows: int = 0) -> None:
+    from torch.profiler import ProfilerActivity, profile
+
+    gen.ids.copy_(ids)
+    gen.engine.reset()
+    (gen.g_prefill.replay if gen.g_prefill is not None else gen._prefill_step)()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(3):
+            gen.g_decode.replay()
+        torch.cuda.synchronize()
+    events = [{"name": e.name, "ts": e.time_range.start, "dur": e.time_range.elapsed_us()}
+              for e in prof.events() if e.device_type.name == "CUDA"]
+    with gzip.open(path, "wt") as f:
+        json.dump(events, f)
+    if table_rows:
+        print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=table_rows, max_name_column_width=70),
+              flush=True)
+
+
+def main() -> None:
+    out = Path(sys.argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    arms = sys.argv[2].split(";")
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    arch = os.environ.get("AB_MODEL", "llama-3-8b")
+    if arch == "tiny":  # a CPU dry run of this script
+        from compress.bench import e2e_synthetic as syn
+
+        syn.ARCHS["tiny"] = dict(model_type="llama", hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                                 num_attention_heads=4, num_key_value_heads=2, vocab_size=300, max_position_embeddings=1024,
+                                 rms_norm_eps=1e-5, tie_word_embeddings=False, hidden_act="silu", attention_bias=False,
+                                 mlp_bias=False)
+    bw = copy_bandwidth_gbs(dev)
+    model = build_synthetic(arch, "w4a16", dev, seed=0)
+    wbytes = decode_weight_bytes(model)
+    bound_ms = wbytes / (bw * 1e9) * 1e3
+    log(f"model built; weight bytes {wbytes / 1e9:.3f} GB, copy bw {bw:.0f} GB/s, bound {bound_ms:.3f} ms")
+    ids = prompt_ids(model.config.vocab_size, 1, 256, 0, dev)
+    tokens = {}
+    for idx, arm in enumerate(arms):
+        env = parse(arm)
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        gen = Generator(model, 1, 256, 512, engine="fast")
+        gen.warmup(ids)
+        tpots = []
+        for _ in range(3):
+            res = gen.run(ids)
+            tpots.append(res.tpot_s * 1e3)
+        same = {a: bool(torch.equal(res.tokens, t)) for a, t in tokens.items()}
+        tokens.setdefault(arm, res.tokens)
+        mean = sum(tpots) / len(tpots)
+        print(f"ARM {idx} {arm:28} TPOT {mean:.4f} ms ({', '.join(f'{t:.4f}' for t in tpots)}) = "
+              f"{mean / bound_ms:.3f}x bound {bound_ms:.3f} ms; graphs {gen.graph_note}; tokens equal to {same}", flush=True)
+        if gen.g_decode is not None:
+            trace(gen, ids, out / f"trace_{idx}.json.gz", 16 if idx == len(arms) - 1 else 0)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        del gen
+        gc.collect()
+        torch.cuda.empty_cache()
+    log("done")
+
+
+if __name__ == "__main__":
+    main()
