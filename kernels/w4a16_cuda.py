@@ -127,14 +127,13 @@ MAX_CLUSTER = 8  # the .cu's portable cluster size: more K chunks reduce through
 BALANCED: dict[tuple[int, int], dict[int, tuple[str, float]]] = {
     (28672, 4096): {16: ("w16b2s2", 1.0)},  # 8B fused gate_up
 }
-# L2 prefetch of the next layer (session 9; the .cu header, Args.pf): a GEMV given the next GEMV's packed weights
-# prefetches, after its own main loop, the first bytes of each (row, K chunk) of them into L2, at most this many MB
-# in all, so the memory system works while the decode step's glue between the two GEMVs runs (attention, norms,
-# silu * up: latency-bound launches). COMPRESS_W4A16_L2_PREFETCH_MB overrides it (0 = off).
+# Own-chunk L2 prefetch (session 9; the .cu header, flag bits 8+): with the weights read before the dependency wait
+# (PDL mode 2), each CTA also prefetches into L2 the head of its K chunk beyond the ring's first slots, at most this many
+# MB per launch in all (0 = off), while the kernel ahead of it finishes. COMPRESS_W4A16_L2_PREFETCH_MB overrides it.
 L2_PREFETCH_MB_DEFAULT = 0.0
 _RC = {-1: "M outside 1..64", -2: "group_size not 64/128", -3: "bad split-K plan",
        -4: "shared memory over the device's per-block limit", -5: "fused input not aligned or K not a multiple of 8",
-       -6: "a fused input transform with more than 16 tokens", -7: "bad L2 prefetch description"}
+       -6: "a fused input transform with more than 16 tokens"}
 # Input transforms of `_launch` (the .cu's Args.xform): the decode step's glue folded into the GEMV's activation staging.
 XFORM = {None: 0, "silu_mul": 1, "rms_norm": 2}
 
@@ -156,8 +155,8 @@ def pdl_mode() -> int:
 
 
 def l2_prefetch_bytes() -> int:
-    """COMPRESS_W4A16_L2_PREFETCH_MB (default L2_PREFETCH_MB_DEFAULT): the most bytes of the next layer's weights one
-    GEMV prefetches into L2 (0 = off)."""
+    """COMPRESS_W4A16_L2_PREFETCH_MB (default L2_PREFETCH_MB_DEFAULT): the most bytes of its weights one GEMV launch
+    prefetches into L2 before its dependency wait (0 = off)."""
     v = os.environ.get("COMPRESS_W4A16_L2_PREFETCH_MB")
     if v is None:
         return int(L2_PREFETCH_MB_DEFAULT * 2**20)
@@ -170,27 +169,10 @@ def l2_prefetch_bytes() -> int:
     return int(mb * 2**20)
 
 
-_prefetches: dict = {}
-
-
-def l2_prefetch_plan(device: torch.device, nxt: torch.Tensor, m: int, group_size: int, bf16: bool,
-                     budget: int) -> tuple[int, int, int, int] | None:
-    """(row bytes, K chunks, chunk bytes, bytes per chunk) for prefetching `nxt` (the next layer's packed int4
-    weights, (N, Kp/8) int32) into L2 before its GEMV at M tokens, or None when `budget` bytes cannot give each
-    (row, chunk) 64 bytes. The chunks are those of the next GEMV's default plan (its CTAs start at the chunk
-    heads); a balanced plan counts as one chunk per row."""
-    key = (device, tuple(nxt.shape), m, group_size, bf16, budget)
-    if key not in _prefetches:
-        n, kw = nxt.shape
-        row_bytes = kw * 4
-        k = row_bytes // 64 * BLOCK_K
-        name, waves, cluster, balanced = default_config(m, n, k)
-        per, split, bal = plan_for(device, build(device, name), name, n, k, m, group_size, False, bf16, waves, None,
-                                   cluster, balanced)
-        chunks, chunk = (1, row_bytes) if bal else (split, per * 64)
-        each = min(budget // (n * chunks) // 64 * 64, chunk)
-        _prefetches[key] = (row_bytes, chunks, chunk, each) if each >= 64 else None
-    return _prefetches[key]
+def prefetch_blocks(chunk_rows: int, per: int, budget: int) -> int:
+    """Blocks of 128 k (64 bytes a row) from the head of every K chunk to prefetch into L2 when a launch has
+    `chunk_rows` (row, chunk) pairs of `per` blocks, within `budget` bytes: the whole chunk when it fits, 0 for none."""
+    return 0 if budget <= 0 else min(per, budget // (64 * max(1, chunk_rows)))
 
 
 def _env_switch(name: str) -> bool | None:
@@ -279,8 +261,7 @@ def _bind(so: ctypes.CDLL) -> None:
     so.w4a16_gemv.restype = i
     so.w4a16_gemv.argtypes = [p, i, p, p, p, p, p, p, i, i, i, i, i, i, i, i, p]
     so.w4a16_gemv_x.restype = i
-    so.w4a16_gemv_x.argtypes = [p, i, p, p, p, p, p, p, i, i, i, i, i, i, i, i, p, i, p, p, p, ctypes.c_float,
-                                p, ctypes.c_longlong, i, i, i, i]
+    so.w4a16_gemv_x.argtypes = [p, i, p, p, p, p, p, p, i, i, i, i, i, i, i, i, p, i, p, p, p, ctypes.c_float]
     so.w4a16_gemv_rows_per_cta.restype = i
     so.w4a16_gemv_variant.restype = i
     so.w4a16_gemv_ctas_per_sm.restype = i
@@ -471,11 +452,10 @@ def _launch(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros:
             name: str | None = None, waves: float | None = None, min_blocks: int | None = None,
             pdl: int | None = None, cluster: bool | None = None, balanced: bool | None = None,
             xform: str | None = None, y: torch.Tensor | None = None, norm_w: torch.Tensor | None = None,
-            eps: float = 0.0, s_out: torch.Tensor | None = None, l2_next: torch.Tensor | None = None) -> torch.Tensor:
+            eps: float = 0.0, s_out: torch.Tensor | None = None) -> torch.Tensor:
     """The GEMV on x (M, K); xform "silu_mul": x is (M, 2K) = [gate | up]; "rms_norm": the activations are
     rms_norm(x + y) * norm_w (y may be None), with x + y written into s_out (contiguous like x). A transform runs on
-    the -DW4_XFORM=1 build of the variant (`build(..., xform=True)`). l2_next: the next layer's packed weights, to
-    prefetch into L2 after the main loop (`l2_prefetch_plan`; a hint, the result does not depend on it)."""
+    the -DW4_XFORM=1 build of the variant (`build(..., xform=True)`)."""
     kx = x.shape[-1] // 2 if xform == "silu_mul" else x.shape[-1]
     n, k = _check(x[..., :kx], qweight, scales, zeros, group_size)
     lead = x.shape[:-1]
@@ -499,21 +479,16 @@ def _launch(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros:
     per, split, bal = plan_for(x.device, lib, name, n, k, m, group_size, zeros is not None, x.dtype == torch.bfloat16,
                                waves, min_blocks, cluster, balanced)
     flags = {0: 0, 1: 1, 2: 3}[pdl] | (8 if bal else (4 if cluster else 0))
+    if pdl == 2:
+        flags |= min(prefetch_blocks(split * rows if bal else n * split, per, l2_prefetch_bytes()), 0x7FFFFF) << 8
     need = 2 * split * m * rows if bal else (split * m * n if split > 1 else 0)
     ws, cnt = _workspace.get(x.device, need, -(-n // rows))
     ptr = lambda t: None if t is None else t.data_ptr()  # noqa: E731
-    pf = None
-    if l2_next is not None and pdl == 2:  # the prefetch overlaps the glue only where launches overlap
-        budget = l2_prefetch_bytes()
-        if budget > 0 and l2_next.dtype == torch.int32 and l2_next.dim() == 2 and l2_next.is_contiguous() \
-                and l2_next.data_ptr() % 16 == 0:
-            pf = l2_prefetch_plan(x.device, l2_next, m, group_size, x.dtype == torch.bfloat16, budget)
     rc = lib.w4a16_gemv_x(
         x2.data_ptr(), int(x.dtype == torch.bfloat16), qweight.data_ptr(), scales.data_ptr(),
         ptr(zeros), out.data_ptr(), ws.data_ptr(), cnt.data_ptr(), m, n, k,
         x2.stride(0), group_size, per, split, flags, torch.cuda.current_stream(x.device).cuda_stream,
-        XFORM[xform], ptr(y), ptr(norm_w), ptr(s_out), float(eps),
-        *((None, 0, 0, 0, 0, 0) if pf is None else (l2_next.data_ptr(), pf[0], l2_next.shape[0], *pf[1:])))
+        XFORM[xform], ptr(y), ptr(norm_w), ptr(s_out), float(eps))
     if rc != 0:
         raise CompressError(f"w4a16 CUDA GEMV: launch failed with code {rc} ({_RC.get(rc, 'CUDA error')}; M={m}, N={n}, "
                             f"K={k}, group {group_size}, per={per}, split={split}, balanced={bal}, variant {name})")
@@ -522,28 +497,24 @@ def _launch(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros:
 
 @torch.library.custom_op("compress::w4a16_gemv", mutates_args=())
 def _w4a16_gemv_op(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None,
-                   group_size: int, l2_next: torch.Tensor | None = None) -> torch.Tensor:
-    return _launch(x, qweight, scales, zeros, group_size, l2_next=l2_next)
+                   group_size: int) -> torch.Tensor:
+    return _launch(x, qweight, scales, zeros, group_size)
 
 
 @_w4a16_gemv_op.register_fake
-def _(x, qweight, scales, zeros, group_size, l2_next=None):
+def _(x, qweight, scales, zeros, group_size):
     return x.new_empty(*x.shape[:-1], qweight.shape[0])
 
 
 def w4a16_gemv(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None = None,
-               group_size: int = 128, bias: torch.Tensor | None = None,
-               l2_next: torch.Tensor | None = None) -> torch.Tensor:
+               group_size: int = 128, bias: torch.Tensor | None = None) -> torch.Tensor:
     """y = x @ W^T (+ bias), W in the compress.int4 layout, for at most 64 tokens.
 
     x (..., K) fp16/bf16 with M = prod(...) <= 64; qweight int32 (N, Kp/8); scales (G, N) in x's dtype;
     zeros uint8 (G, N) or None (symmetric, z = 8). Returns (..., N) in x's dtype.
-    l2_next: the packed weights of the layer the caller runs next (the runtime's decode step); with programmatic
-    dependent launch in mode 2 and COMPRESS_W4A16_L2_PREFETCH_MB > 0, the GEMV prefetches their chunk heads into L2
-    after its main loop (`l2_prefetch_plan`). Only a hint: y is the same.
     """
     _check(x, qweight, scales, zeros, group_size)  # here too: the custom op would wrap the error
-    y = torch.ops.compress.w4a16_gemv(x, qweight, scales, zeros, group_size, l2_next)
+    y = torch.ops.compress.w4a16_gemv(x, qweight, scales, zeros, group_size)
     return y + bias if bias is not None else y
 
 

@@ -165,8 +165,7 @@ def test_default_build_refuses_input_transforms():
     ws, cnt = w4a16_cuda._workspace.get(gu.device, 1, 1)
     rc = lib.w4a16_gemv_x(gu.data_ptr(), 0, p["qweight"].data_ptr(), p["scales"].data_ptr(), None, out.data_ptr(),
                           ws.data_ptr(), cnt.data_ptr(), 1, 64, 256, 512, 128, 2, 1, 0,
-                          torch.cuda.current_stream().cuda_stream, 1, None, None, None, 0.0,
-                          None, 0, 0, 0, 0, 0)
+                          torch.cuda.current_stream().cuda_stream, 1, None, None, None, 0.0)
     assert rc == -5
     ref = w4a16_linear_ref(w4a16_cuda.silu_mul_ref(gu), p["qweight"], p["scales"], None, 128)
     assert rel_err(w4a16_cuda.w4a16_gemv_silu_mul(gu, p["qweight"], p["scales"]), ref) < TOL[torch.float16]

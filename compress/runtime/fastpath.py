@@ -224,7 +224,6 @@ class FastLM:
         self.lm_head = model.lm_head
         self.rotary = model.model.rotary_emb
         self.blocks = [self._block(layer, fuse) for layer in model.model.layers]
-        self._link_l2_prefetch()
         p = next(iter(model.parameters()))
         self.device, self.dtype = p.device, self.final_norm.dtype
         shape = (batch, self.n_kv, max_len, self.head_dim)
@@ -279,19 +278,6 @@ class FastLM:
         return _Block(layer.input_layernorm.weight, layer.post_attention_layernorm.weight,
                       None if qn is None else qn.weight, None if kn is None else kn.weight,
                       qkv, a.q_proj, a.k_proj, a.v_proj, a.o_proj, gate_up, m.gate_proj, m.up_proj, m.down_proj)
-
-    def _link_l2_prefetch(self) -> None:
-        """Tell each int4 projection which packed weights the decode step reads next (q/k/v -> o -> gate/up -> down ->
-        the next layer's q/k/v): its CUDA GEMV prefetches their head into L2 while the latency-bound glue between the
-        two runs (kernels/w4a16_cuda.py, COMPRESS_W4A16_L2_PREFETCH_MB). Only a hint: no output depends on it."""
-        order = []
-        for b in self.blocks:
-            order += [b.qkv] if b.qkv is not None else [b.q, b.k, b.v]
-            order += [b.o] + ([b.gate_up] if b.gate_up is not None else [b.gate, b.up]) + [b.down]
-        for mod, nxt in zip(order, order[1:] + [None]):
-            if hasattr(mod, "l2_next"):
-                q = getattr(nxt, "qweight", None) if hasattr(nxt, "l2_next") else None
-                mod.l2_next = q
 
     def fused_counts(self) -> dict[str, int]:
         return {"qkv": sum(b.qkv is not None for b in self.blocks), "gate_up": sum(b.gate_up is not None for b in self.blocks),

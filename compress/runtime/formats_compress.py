@@ -68,9 +68,6 @@ class Int4Linear(QuantLinear):
         # The kernel reads scales in the activation dtype (fp16/bf16); fp32 on the CPU reference.
         self.register_buffer("scales", scales.to(dtype))
         self.register_buffer("zeros", None if zeros is None else zeros.to(torch.uint8))
-        # The packed weights of the layer a decode step runs next, set by the fast engine
-        # (compress/runtime/fastpath.py): the CUDA GEMV prefetches their head into L2 (kernels/w4a16_cuda.py).
-        self.l2_next: torch.Tensor | None = None
 
     @classmethod
     def from_checkpoint(cls, spec, tensors, *, device, dtype):
@@ -124,8 +121,7 @@ class Int4Linear(QuantLinear):
         return torch.nn.functional.linear(x2d, w)
 
     def cuda_gemv(self, x2d):
-        return kb.kernel_module("w4a16_cuda").w4a16_gemv(x2d, self.qweight, self.scales, self.zeros, self.group_size,
-                                                         l2_next=self.l2_next)
+        return kb.kernel_module("w4a16_cuda").w4a16_gemv(x2d, self.qweight, self.scales, self.zeros, self.group_size)
 
     def kernel_paths(self, x2d):
         paths = [("kernel", partial(self.kernel, x2d)), ("dequant+cublas", partial(self.dequant_cublas, x2d))]

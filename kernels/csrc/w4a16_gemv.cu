@@ -78,12 +78,14 @@
 // activations per weight byte, which grow with the token tiles, halve. The balanced schedule and the fused inputs
 // stay at <= 16 tokens (the entry point refuses more). Token tiles beyond 2 allow up to 255 registers (half the
 // resident threads) so the RT x MT accumulator tiles do not spill.
-// L2 prefetch of the next layer (session 9, Args.pf): a decode step's glue between two GEMVs (attention, residual add
-// + RMSNorm, silu * up) is latency-bound, so the memory system idles while it runs. A GEMV given the next GEMV's
-// packed weights (`pf`, and the next launch's K chunks) issues, once its own main loop is done, one bulk L2 prefetch
-// (`cp.async.bulk.prefetch.L2`, no registers, no shared memory) for the first `pf_bytes` of each (row, K chunk) of
-// the next weights, so the next GEMV's CTAs start on L2 hits. The grid's threads share the (row, chunk) units; the
-// launcher keeps their total under an L2 budget. A hint: the results do not depend on it.
+// Own-chunk L2 prefetch (session 9, flag bits 8+, with "early"): under programmatic dependent launch a GEMV's CTAs
+// are resident 2.5-5 us before the kernel ahead of them ends (H100, Llama-3-8B W4A16 decode step), and the ring asks
+// for only its first STAGES - 1 slots then (32 KB per CTA with the default variants) -- during attention and norms the
+// memory system idles. A CTA given `pf` blocks also issues, before the wait, one bulk L2 prefetch
+// (`cp.async.bulk.prefetch.L2`: no registers, no shared memory) per row for blocks STAGES-1 .. pf-1 of its chunk, so
+// the loop after the wait starts on L2 hits. The launcher sizes pf from a byte budget per launch (kernels/w4a16_cuda.py).
+// A hint: the results do not depend on it. (A first form, the next layer's weights prefetched by the GEMV before it
+// after its main loop, measured slower: that traffic lands on the issuing GEMV's tail.)
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -278,11 +280,7 @@ struct Args {
   int cluster;         // S > 1: the S CTAs of a row group form a cluster and reduce through shared memory
   int bal;             // balanced schedule: S CTAs share the R x kblocks (row group, block) units evenly
   int units;           // bal: R * kblocks
-  // L2 prefetch of the next layer's weights (see the header), or pf null: pf_rows rows of pf_row_bytes, each cut into
-  // pf_chunks K chunks of pf_chunk_bytes; the first pf_bytes of every (row, chunk) (all multiples of 16).
-  const uint8_t* pf;
-  long long pf_row_bytes;
-  int pf_rows, pf_chunks, pf_chunk_bytes, pf_bytes;
+  int pf;              // early: blocks of the chunk (from its head, segment A) to have in L2 before the wait
 #ifdef W4_XFORM
   // Input transform (session 7; see "Fused inputs" in the header): 0 none; 1 x = [gate | up] (M, 2K) and the
   // activations are silu(gate) * up; 2 the activations are rms_norm(x + y) * nw (y null: rms_norm(x) * nw) and
@@ -410,6 +408,15 @@ __global__ void __launch_bounds__(THREADS, min_ctas(MT)) w4a16_gemv_kernel(const
   for (int st = 0; st < STAGES - 1; ++st) {
     if (st < nst) issue(st);
     cp_async_commit();  // one group per slot, empty or not, so wait_group counts slots
+  }
+  if (a.early) {  // own-chunk L2 prefetch (header): the blocks after the ring's first slots, up to pf, one row each
+    const int from = (STAGES - 1) * SB, upto = min(la, a.pf);
+    if (upto > from) {
+      for (int r = threadIdx.x; r < ROWS; r += THREADS) {
+        const int row = n_base + r;
+        if (row < a.N) prefetch_l2(a.q + (size_t)row * (a.KW / 4) + (size_t)(blk0 + from) * 4, (uint32_t)(upto - from) * 64u);
+      }
+    }
   }
 
   // ---- scales (and zeros) of the chunk for the CTA's rows: (local group, row) in shared memory. They are
@@ -756,13 +763,6 @@ __global__ void __launch_bounds__(THREADS, min_ctas(MT)) w4a16_gemv_kernel(const
       }
     }
   }
-  if (a.pf != nullptr) {  // the next layer's weights into L2 while this epilogue and the glue after it run
-    const long long units = (long long)a.pf_rows * a.pf_chunks, step = (long long)gridDim.x * gridDim.y * THREADS;
-    for (long long u = ((long long)blockIdx.y * gridDim.x + blockIdx.x) * THREADS + threadIdx.x; u < units; u += step) {
-      const long long row = u / a.pf_chunks, off = (u % a.pf_chunks) * (long long)a.pf_chunk_bytes;
-      prefetch_l2(a.pf + row * a.pf_row_bytes + off, (uint32_t)min((long long)a.pf_bytes, a.pf_row_bytes - off));
-    }
-  }
   cp_async_wait<0>();  // no copy outlives the kernel (the trailing groups are empty)
   grid_dep_launch();   // the next kernel may start its own weight copies during this epilogue
 
@@ -1092,12 +1092,12 @@ int w4a16_gemv_ctas_per_sm(int per, int M, int group, int asym, int bf16, int ba
 
 // Returns 0, a cudaError_t, or -1 (M outside 1..64), -2 (group not 64/128), -3 (bad split: S * per must
 // cover the K blocks, S > 1 needs ws and counters; the balanced schedule with M > 16), -4 (shared memory over the
-// device's per-block limit), -5 (see w4a16_gemv_x), -6 (an input transform with M > 16), -7 (a bad L2 prefetch
-// description, see w4a16_gemv_x).
+// device's per-block limit), -5 (see w4a16_gemv_x), -6 (an input transform with M > 16).
 // x (M, K) row stride ldx; q (N, Kp/8) int32; s (G, N); z (G, N) uint8 or null; out (M, N) contiguous;
 // ws >= S * M * N floats and counters >= ceil(N / rows_per_cta) zero ints when S > 1.
 // flags: bit 0 = programmatic dependent launch; bit 1 (with bit 0) = read the weights and scales before waiting
-// for the previous kernel (see the header for what that asks of the caller); bit 2 = split-K reduction inside
+// for the previous kernel (see the header for what that asks of the caller), and bits 8..30 the blocks of the chunk
+// to prefetch into L2 before waiting (Args.pf; 0 none); bit 2 = split-K reduction inside
 // a thread-block cluster when 1 < S <= 8 (ws and counters unused then); bit 3 = balanced schedule (Args.bal):
 // S CTAs over the ceil(N / rows_per_cta) x kblocks units, per >= ceil(units / S) and per <= kblocks, ws >=
 // 2 * S * M * rows_per_cta floats (bit 2 ignored).
@@ -1105,18 +1105,10 @@ int w4a16_gemv_ctas_per_sm(int per, int M, int group, int asym, int bf16, int ba
 // [gate | up] (M, 2K), row stride ldx >= 2K, and the activations are silu(gate) * up; 2 = the activations are
 // rms_norm(x + y) * nw with eps (y may be null: rms_norm(x) * nw), x + y written to s_out (same row stride ldx);
 // x, y, s_out 16-byte aligned, K and ldx multiples of 8 (else -5).
-// pf (null: none): the next layer's packed weights to prefetch into L2 after the main loop (Args.pf): pf_rows rows
-// of pf_row_bytes, pf_chunks K chunks of pf_chunk_bytes per row, the first pf_bytes of each; pf 16-byte aligned,
-// the sizes positive multiples of 16 (else -7).
 int w4a16_gemv_x(const void* x, int x_is_bf16, const void* q, const void* s, const void* z, void* out, float* ws,
                  int* counters, int M, int N, int K, int ldx, int group, int per, int S, int flags, void* stream_,
-                 int xform, const void* y, const void* nw, void* s_out, float eps, const void* pf, long long pf_row_bytes,
-                 int pf_rows, int pf_chunks, int pf_chunk_bytes, int pf_bytes) {
+                 int xform, const void* y, const void* nw, void* s_out, float eps) {
   if (M < 1 || M > MAX_M) return -1;
-  if (pf != nullptr && ((reinterpret_cast<uintptr_t>(pf) & 15) || pf_row_bytes <= 0 || (pf_row_bytes & 15) ||
-                        pf_rows <= 0 || pf_chunks <= 0 || pf_chunk_bytes <= 0 || (pf_chunk_bytes & 15) ||
-                        pf_bytes <= 0 || (pf_bytes & 15) || (long long)pf_chunk_bytes * (pf_chunks - 1) >= pf_row_bytes))
-    return -7;
   if (xform != 0 && M > XFORM_MAX_M) return -6;
   if ((flags & 8) && M > 16) return -3;  // the balanced schedule is built for up to 16 tokens
 #ifndef W4_XFORM
@@ -1162,15 +1154,10 @@ int w4a16_gemv_x(const void* x, int x_is_bf16, const void* q, const void* s, con
   const int asym = z != nullptr, g64 = group == 64;
   const bool pdl = (flags & 1) != 0;
   a.early = pdl && (flags & 2) != 0;
+  a.pf = a.early ? (flags >> 8) & 0x7FFFFF : 0;
   a.cluster = !bal && (flags & 4) != 0 && S > 1 && S <= MAX_CLUSTER;
   a.bal = bal;
   a.units = (int)units;
-  a.pf = static_cast<const uint8_t*>(pf);
-  a.pf_row_bytes = pf_row_bytes;
-  a.pf_rows = pf_rows;
-  a.pf_chunks = pf_chunks;
-  a.pf_chunk_bytes = pf_chunk_bytes;
-  a.pf_bytes = pf_bytes;
 #ifdef W4_XFORM
   a.xform = xform;
   a.y = static_cast<const uint16_t*>(y);
@@ -1184,7 +1171,7 @@ int w4a16_gemv_x(const void* x, int x_is_bf16, const void* q, const void* s, con
 int w4a16_gemv(const void* x, int x_is_bf16, const void* q, const void* s, const void* z, void* out, float* ws,
                int* counters, int M, int N, int K, int ldx, int group, int per, int S, int flags, void* stream_) {
   return w4a16_gemv_x(x, x_is_bf16, q, s, z, out, ws, counters, M, N, K, ldx, group, per, S, flags, stream_, 0,
-                      nullptr, nullptr, nullptr, 0.f, nullptr, 0, 0, 0, 0, 0);
+                      nullptr, nullptr, nullptr, 0.f);
 }
 
 }  // extern "C"

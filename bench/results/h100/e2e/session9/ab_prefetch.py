@@ -1,6 +1,7 @@
 """Same-process A/B of the session-9 decode-step settings on the synthetic Llama-3-8B W4A16, batch 1, decode_bound
-shape (256 in, 512 out): the L2 prefetch of the next int4 layer (COMPRESS_W4A16_L2_PREFETCH_MB, kernels/w4a16_cuda.py)
-and silu * up as a Triton launch under PDL (COMPRESS_DECODE_SILU, compress/runtime/fastpath.py).
+shape (256 in, 512 out): the GEMV's L2 prefetch of its own chunk heads before its dependency wait
+(COMPRESS_W4A16_L2_PREFETCH_MB, kernels/w4a16_cuda.py; in call 1: of the next layer's weights after the main loop) and
+silu * up as a Triton launch under PDL (COMPRESS_DECODE_SILU, compress/runtime/fastpath.py).
 
 One model; per arm one Generator (it captures its own CUDA graphs with the arm's settings), 3 timed runs; arms in
 the order given. Prints one ARM line per arm (TPOT, / bound, greedy tokens equal to the earlier arms'), the bound of
