@@ -127,10 +127,6 @@ MAX_CLUSTER = 8  # the .cu's portable cluster size: more K chunks reduce through
 BALANCED: dict[tuple[int, int], dict[int, tuple[str, float]]] = {
     (28672, 4096): {16: ("w16b2s2", 1.0)},  # 8B fused gate_up
 }
-# Own-chunk L2 prefetch (session 9; the .cu header, flag bits 8+): with the weights read before the dependency wait
-# (PDL mode 2), each CTA also prefetches into L2 the head of its K chunk beyond the ring's first slots, at most this many
-# MB per launch in all (0 = off), while the kernel ahead of it finishes. COMPRESS_W4A16_L2_PREFETCH_MB overrides it.
-L2_PREFETCH_MB_DEFAULT = 0.0
 _RC = {-1: "M outside 1..64", -2: "group_size not 64/128", -3: "bad split-K plan",
        -4: "shared memory over the device's per-block limit", -5: "fused input not aligned or K not a multiple of 8",
        -6: "a fused input transform with more than 16 tokens"}
@@ -152,27 +148,6 @@ def pdl_mode() -> int:
     if v not in ("0", "1", "2"):
         raise CompressError(f"COMPRESS_W4A16_PDL={v!r} is not 0, 1 or 2; unset it or pick one")
     return int(v)
-
-
-def l2_prefetch_bytes() -> int:
-    """COMPRESS_W4A16_L2_PREFETCH_MB (default L2_PREFETCH_MB_DEFAULT): the most bytes of its weights one GEMV launch
-    prefetches into L2 before its dependency wait (0 = off)."""
-    v = os.environ.get("COMPRESS_W4A16_L2_PREFETCH_MB")
-    if v is None:
-        return int(L2_PREFETCH_MB_DEFAULT * 2**20)
-    try:
-        mb = float(v)
-    except ValueError:
-        mb = -1.0
-    if not 0 <= mb <= 1024:
-        raise CompressError(f"COMPRESS_W4A16_L2_PREFETCH_MB={v!r} is not a size in MB from 0 to 1024; unset it or pick one")
-    return int(mb * 2**20)
-
-
-def prefetch_blocks(chunk_rows: int, per: int, budget: int) -> int:
-    """Blocks of 128 k (64 bytes a row) from the head of every K chunk to prefetch into L2 when a launch has
-    `chunk_rows` (row, chunk) pairs of `per` blocks, within `budget` bytes: the whole chunk when it fits, 0 for none."""
-    return 0 if budget <= 0 else min(per, budget // (64 * max(1, chunk_rows)))
 
 
 def _env_switch(name: str) -> bool | None:
@@ -479,8 +454,6 @@ def _launch(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros:
     per, split, bal = plan_for(x.device, lib, name, n, k, m, group_size, zeros is not None, x.dtype == torch.bfloat16,
                                waves, min_blocks, cluster, balanced)
     flags = {0: 0, 1: 1, 2: 3}[pdl] | (8 if bal else (4 if cluster else 0))
-    if pdl == 2:
-        flags |= min(prefetch_blocks(split * rows if bal else n * split, per, l2_prefetch_bytes()), 0x7FFFFF) << 8
     need = 2 * split * m * rows if bal else (split * m * n if split > 1 else 0)
     ws, cnt = _workspace.get(x.device, need, -(-n // rows))
     ptr = lambda t: None if t is None else t.data_ptr()  # noqa: E731

@@ -150,9 +150,10 @@ def w4_fusions() -> set[str]:
 
 
 # Session 9: the decode step's silu * up as a Triton launch with programmatic dependent launch instead of the compiled
-# glue (an inductor kernel, launched plainly, which breaks the chain of early launches before the down projection).
-# COMPRESS_DECODE_SILU = "triton" | "compiled".
-DECODE_SILU_DEFAULT = "compiled"
+# glue (an inductor kernel, launched plainly: the down projection after it could not start early). H100, Llama-3-8B
+# W4A16 batch-1 decode, TPOT in one process (bench/results/h100/e2e/session9/README.md): 2.482 / 2.491 ms compiled,
+# 2.420 ms Triton; the down GEMV now starts ~2.4 us before silu * up ends. COMPRESS_DECODE_SILU = "triton" | "compiled".
+DECODE_SILU_DEFAULT = "triton"
 
 
 def decode_silu() -> str:

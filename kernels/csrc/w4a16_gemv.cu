@@ -78,14 +78,6 @@
 // activations per weight byte, which grow with the token tiles, halve. The balanced schedule and the fused inputs
 // stay at <= 16 tokens (the entry point refuses more). Token tiles beyond 2 allow up to 255 registers (half the
 // resident threads) so the RT x MT accumulator tiles do not spill.
-// Own-chunk L2 prefetch (session 9, flag bits 8+, with "early"): under programmatic dependent launch a GEMV's CTAs
-// are resident 2.5-5 us before the kernel ahead of them ends (H100, Llama-3-8B W4A16 decode step), and the ring asks
-// for only its first STAGES - 1 slots then (32 KB per CTA with the default variants) -- during attention and norms the
-// memory system idles. A CTA given `pf` blocks also issues, before the wait, one bulk L2 prefetch
-// (`cp.async.bulk.prefetch.L2`: no registers, no shared memory) per row for blocks STAGES-1 .. pf-1 of its chunk, so
-// the loop after the wait starts on L2 hits. The launcher sizes pf from a byte budget per launch (kernels/w4a16_cuda.py).
-// A hint: the results do not depend on it. (A first form, the next layer's weights prefetched by the GEMV before it
-// after its main loop, measured slower: that traffic lands on the issuing GEMV's tail.)
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -238,12 +230,6 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, uint64
   asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "l"(pol)
                : "memory");
 }
-// One bulk prefetch of `bytes` (a multiple of 16, 16-byte aligned) into L2 (sm_90).
-__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
-#endif
-}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
@@ -280,7 +266,6 @@ struct Args {
   int cluster;         // S > 1: the S CTAs of a row group form a cluster and reduce through shared memory
   int bal;             // balanced schedule: S CTAs share the R x kblocks (row group, block) units evenly
   int units;           // bal: R * kblocks
-  int pf;              // early: blocks of the chunk (from its head, segment A) to have in L2 before the wait
 #ifdef W4_XFORM
   // Input transform (session 7; see "Fused inputs" in the header): 0 none; 1 x = [gate | up] (M, 2K) and the
   // activations are silu(gate) * up; 2 the activations are rms_norm(x + y) * nw (y null: rms_norm(x) * nw) and
@@ -408,15 +393,6 @@ __global__ void __launch_bounds__(THREADS, min_ctas(MT)) w4a16_gemv_kernel(const
   for (int st = 0; st < STAGES - 1; ++st) {
     if (st < nst) issue(st);
     cp_async_commit();  // one group per slot, empty or not, so wait_group counts slots
-  }
-  if (a.early) {  // own-chunk L2 prefetch (header): the blocks after the ring's first slots, up to pf, one row each
-    const int from = (STAGES - 1) * SB, upto = min(la, a.pf);
-    if (upto > from) {
-      for (int r = threadIdx.x; r < ROWS; r += THREADS) {
-        const int row = n_base + r;
-        if (row < a.N) prefetch_l2(a.q + (size_t)row * (a.KW / 4) + (size_t)(blk0 + from) * 4, (uint32_t)(upto - from) * 64u);
-      }
-    }
   }
 
   // ---- scales (and zeros) of the chunk for the CTA's rows: (local group, row) in shared memory. They are
@@ -1096,8 +1072,7 @@ int w4a16_gemv_ctas_per_sm(int per, int M, int group, int asym, int bf16, int ba
 // x (M, K) row stride ldx; q (N, Kp/8) int32; s (G, N); z (G, N) uint8 or null; out (M, N) contiguous;
 // ws >= S * M * N floats and counters >= ceil(N / rows_per_cta) zero ints when S > 1.
 // flags: bit 0 = programmatic dependent launch; bit 1 (with bit 0) = read the weights and scales before waiting
-// for the previous kernel (see the header for what that asks of the caller), and bits 8..30 the blocks of the chunk
-// to prefetch into L2 before waiting (Args.pf; 0 none); bit 2 = split-K reduction inside
+// for the previous kernel (see the header for what that asks of the caller); bit 2 = split-K reduction inside
 // a thread-block cluster when 1 < S <= 8 (ws and counters unused then); bit 3 = balanced schedule (Args.bal):
 // S CTAs over the ceil(N / rows_per_cta) x kblocks units, per >= ceil(units / S) and per <= kblocks, ws >=
 // 2 * S * M * rows_per_cta floats (bit 2 ignored).
@@ -1154,7 +1129,6 @@ int w4a16_gemv_x(const void* x, int x_is_bf16, const void* q, const void* s, con
   const int asym = z != nullptr, g64 = group == 64;
   const bool pdl = (flags & 1) != 0;
   a.early = pdl && (flags & 2) != 0;
-  a.pf = a.early ? (flags >> 8) & 0x7FFFFF : 0;
   a.cluster = !bal && (flags & 4) != 0 && S > 1 && S <= MAX_CLUSTER;
   a.bal = bal;
   a.units = (int)units;

@@ -2,7 +2,7 @@
 # Session 9 device calls (repository root, kind nvidia-h100-x1), OUT=$OUT: the W4A16 decode step's L2 prefetch (call 1:
 # of the next layer; call 2 on: each GEMV's own chunk heads, before its dependency wait) and the Triton silu * up under PDL.
 #   STAGES="build tests ab e2e": parallel nvcc build of the variants the 8B step and the tests use, the GPU tests of
-#   the changed kernels and runtime, the same-process A/B (ab_prefetch.py, ARMS; AB_KEEP seconds are left for the
+#   the changed kernels and runtime, the same-process A/B (ab_decode.py, ARMS; AB_KEEP seconds are left for the
 #   stages after it), then the e2e bench command of issue 5 (E2E_ENV: settings for it, e.g. "PF=16 SILU=triton").
 # Every limit counts from the script's start (LIMIT, seconds); a stage with too little time left is skipped.
 set -o pipefail
@@ -21,17 +21,17 @@ for s in ${STAGES:-build tests ab}; do
       timeout 150 python3 -c "
 import time, torch
 from kernels import w4a16_cuda
-names = ['w8b2s3', 'w16b2s2', 'w8b2s4', 'w4b2s3r2', 'w8b2s2r2']
+names = ['w8b2s3', 'w16b2s2', 'w8b2s4', 'w16b2s3', 'w4b2s4']
 t = time.time(); w4a16_cuda.prebuild(torch.device('cuda'), names)
 print(f'built {names} in {time.time() - t:.1f} s')" 2>&1 | tee -a "$LOG" | tail -3 ;;
     tests)
-      timeout ${TEST_S:-150} python3 -m pytest tests/test_s9_l2_prefetch.py tests/test_w4a16_cuda.py \
-        -q --maxfail=5 -p no:cacheprovider -k "${TEST_K:-s9 or prefetch or silu_mul_is or settings or back_to_back or same_inputs}" \
+      timeout ${TEST_S:-150} python3 -m pytest tests/test_s9_decode_silu.py tests/test_w4a16_cuda.py \
+        -q --maxfail=5 -p no:cacheprovider -k "${TEST_K:-s9 or back_to_back or same_inputs}" \
         2>&1 | tee "$OUT/tests.log" | grep --line-buffered -E "passed|failed|Error|^FAILED|assert" | cut -c1-300 | tail -15 ;;
     ab)
       [ "$(left ${AB_KEEP:-10})" -lt ${AB_MIN:-90} ] && { echo "skip ab: $(left) s left" | tee -a "$LOG"; continue; }
-      timeout $(left ${AB_KEEP:-10}) python3 bench/results/h100/e2e/session9/ab_prefetch.py "$OUT" "${ARMS:-PF=0,SILU=compiled;PF=16,SILU=triton}" 2>&1 \
-        | tee "$OUT/ab.log" | grep --line-buffered -E "^ARM|bound|Error|error|done" | cut -c1-400 ;;
+      timeout $(left ${AB_KEEP:-10}) python3 bench/results/h100/e2e/session9/ab_decode.py "$OUT" "${ARMS:-PF=0,SILU=compiled;PF=16,SILU=triton}" 2>&1 \
+        | tee "$OUT/ab.log" | grep --line-buffered -E "^ARM|^PATH|bound|Error|error|done" | cut -c1-400 ;;
     e2e)
       [ "$(left 5)" -lt ${E2E_MIN:-170} ] && { echo "skip e2e: $(left) s left" | tee -a "$LOG"; continue; }
       ( for kv in $E2E_ENV; do case ${kv%%=*} in PF) export COMPRESS_W4A16_L2_PREFETCH_MB=${kv#*=};; SILU) export COMPRESS_DECODE_SILU=${kv#*=};; *) export "$kv";; esac; done

@@ -9,8 +9,9 @@ the same process (decode weight bytes / copy bandwidth, as `compress bench e2e`)
 profiler trace of 3 CUDA-graph decode replays (OUT/trace_<i>.json.gz: kernel start/end times, for the gap analysis
 in summarize.py) and the top kernels of the last arm.
 
-Usage (repository root, GPU; AB_MODEL=tiny: a CPU dry run): python3 bench/results/h100/e2e/session9/ab_prefetch.py OUT "PF=0,SILU=compiled;PF=16,SILU=triton"
-PF = COMPRESS_W4A16_L2_PREFETCH_MB, SILU = COMPRESS_DECODE_SILU; any other NAME=value is set as given.
+Usage (repository root, GPU; AB_MODEL=tiny: a CPU dry run): python3 bench/results/h100/e2e/session9/ab_decode.py OUT "PF=0,SILU=compiled;PF=16,SILU=triton"
+PF = COMPRESS_W4A16_L2_PREFETCH_MB (calls 1-2), SILU = COMPRESS_DECODE_SILU; QKV / O / GU / DOWN = a GEMV launch config
+"variant/waves/cluster/balanced" for that layer (a picks file); any other NAME=value is set as given.
 """
 
 from __future__ import annotations
@@ -31,17 +32,27 @@ from compress.runtime.generate import Generator
 
 T0 = time.time()
 ALIASES = {"PF": "COMPRESS_W4A16_L2_PREFETCH_MB", "SILU": "COMPRESS_DECODE_SILU"}
+# W4A16 CUDA GEMV launch config per Llama-3-8B decode layer (M <= 8 bucket), "variant/waves/cluster/balanced", written
+# to a COMPRESS_W4A16_PICKS file for the arm (kernels/w4a16_cuda.py).
+SHAPES = {"QKV": "6144,4096", "O": "4096,4096", "GU": "28672,4096", "DOWN": "4096,14336"}
 
 
 def log(msg: str) -> None:
     print(f"[{time.time() - T0:6.1f} s] {msg}", flush=True)
 
 
-def parse(arm: str) -> dict[str, str]:
-    got = {}
+def parse(arm: str, picks_path: Path) -> dict[str, str]:
+    got, picks = {}, {}
     for item in filter(None, (a.strip() for a in arm.split(","))):
         name, _, value = item.partition("=")
-        got[ALIASES.get(name, name)] = value
+        if name in SHAPES:
+            v, w, c, b = value.split("/")
+            picks[SHAPES[name]] = {"8": [v, float(w), bool(int(c)), bool(int(b))]}
+        else:
+            got[ALIASES.get(name, name)] = value
+    if picks:
+        picks_path.write_text(json.dumps(picks))
+        got["COMPRESS_W4A16_PICKS"] = str(picks_path)
     return got
 
 
@@ -86,7 +97,7 @@ def main() -> None:
     ids = prompt_ids(model.config.vocab_size, 1, 256, 0, dev)
     tokens = {}
     for idx, arm in enumerate(arms):
-        env = parse(arm)
+        env = parse(arm, out / f"picks_{idx}.json")
         saved = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
         gen = Generator(model, 1, 256, 512, engine="fast")
@@ -100,6 +111,12 @@ def main() -> None:
         mean = sum(tpots) / len(tpots)
         print(f"ARM {idx} {arm:28} TPOT {mean:.4f} ms ({', '.join(f'{t:.4f}' for t in tpots)}) = "
               f"{mean / bound_ms:.3f}x bound {bound_ms:.3f} ms; graphs {gen.graph_note}; tokens equal to {same}", flush=True)
+        if idx == 0:
+            from compress.runtime.paths import TABLE
+
+            for row in TABLE.report():
+                if row["layer"].startswith("compress.int4") and row["M"] == 1:
+                    print(f"PATH {row['N']}x{row['K']} M=1: {row['chosen']} {row['us']}", flush=True)
         if gen.g_decode is not None:
             trace(gen, ids, out / f"trace_{idx}.json.gz", 16 if idx == len(arms) - 1 else 0)
         for k, v in saved.items():

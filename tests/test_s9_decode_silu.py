@@ -1,6 +1,5 @@
-"""Session 9: the W4A16 GEMV's own-chunk L2 prefetch before its dependency wait (kernels/w4a16_cuda.py, Args.pf in the
-.cu) and the decode step's silu * up as a Triton launch with programmatic dependent launch
-(compress/runtime/decode_kernels.silu_mul)."""
+"""Session 9: the decode step's silu * up as a Triton launch with programmatic dependent launch
+(compress/runtime/decode_kernels.silu_mul), the fast engine's default at decode on Hopper (COMPRESS_DECODE_SILU)."""
 
 from __future__ import annotations
 
@@ -11,8 +10,6 @@ import torch
 
 from compress.errors import CompressError
 from compress.runtime import decode_kernels, fastpath
-from kernels import w4a16_cuda
-from kernels.cases import make_int4
 
 from tests.test_w4a16_cuda import rel_err
 
@@ -53,56 +50,28 @@ def test_triton_silu_mul_is_the_glue_math(dtype, m, i):
     assert torch.equal(decode_kernels.silu_mul(gu.reshape(m, 1, 2 * i)), got.reshape(m, 1, i))
 
 
-def test_settings_refuse_bad_values_with_the_fix(monkeypatch):
-    monkeypatch.setenv("COMPRESS_W4A16_L2_PREFETCH_MB", "lots")
-    with pytest.raises(CompressError, match="COMPRESS_W4A16_L2_PREFETCH_MB='lots'.*unset it"):
-        w4a16_cuda.l2_prefetch_bytes()
-    monkeypatch.setenv("COMPRESS_W4A16_L2_PREFETCH_MB", "-1")
-    with pytest.raises(CompressError, match="from 0 to 1024"):
-        w4a16_cuda.l2_prefetch_bytes()
-    monkeypatch.setenv("COMPRESS_W4A16_L2_PREFETCH_MB", "1.5")
-    assert w4a16_cuda.l2_prefetch_bytes() == 3 * 2**19
+def test_setting_refuses_bad_values_with_the_fix(monkeypatch):
     monkeypatch.setenv("COMPRESS_DECODE_SILU", "fast")
     with pytest.raises(CompressError, match="COMPRESS_DECODE_SILU='fast' is not triton or compiled"):
         fastpath.decode_silu()
+    monkeypatch.delenv("COMPRESS_DECODE_SILU")
+    assert fastpath.decode_silu() == fastpath.DECODE_SILU_DEFAULT
 
 
-def test_prefetch_budget_arithmetic():
-    """The whole chunk when the budget holds every (row, chunk) head, fewer blocks when it does not, none at 0."""
-    assert w4a16_cuda.prefetch_blocks(4096 * 8, 4, 64 * 2**20) == 4
-    assert w4a16_cuda.prefetch_blocks(28672, 32, 8 * 2**20) == 8 * 2**20 // (64 * 28672)
-    assert w4a16_cuda.prefetch_blocks(28672, 32, 0) == 0
-    assert w4a16_cuda.prefetch_blocks(28672, 32, 1000) == 0
+def test_silu_choice_keeps_the_compiled_glue_off_the_decode_path(monkeypatch):
+    """Prefill rows (> 64), a CPU engine (no decode kernels) and "compiled" keep the glue function; only a one-token
+    decode on a PDL device may take the Triton launch."""
+    model = _tiny_w4a16(monkeypatch, "cpu")
+    lm = fastpath.FastLM(model, 1, 16)
+    gu = torch.zeros(1, 1, 1024)
+    monkeypatch.setenv("COMPRESS_DECODE_SILU", "triton")
+    assert lm._silu_mul_fn(gu) is lm.fn["silu_mul"]  # CPU: no decode kernels, no PDL
 
 
 # ----------------------------------------------------------------------------------------------------- GPU
 @gpu
-@pytest.mark.parametrize("n,k", [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336), (1024, 4096), (300, 256)])
-@pytest.mark.parametrize("m", [1, 5, 16, 40])
-def test_prefetch_changes_no_output_byte(monkeypatch, n, k, m):
-    """The GEMV with its chunk heads prefetched (budgets that cut them short and that cover them) gives the bytes of
-    the GEMV without, eagerly and in CUDA-graph replays, launched right after another GEMV under PDL mode 2."""
-    p = make_int4(n, k, 128, True, torch.float16, "cuda", seed=n + k)
-    x = torch.randn(m, k, device="cuda").half()
-    monkeypatch.setenv("COMPRESS_W4A16_PDL", "2")
-    monkeypatch.setenv("COMPRESS_W4A16_L2_PREFETCH_MB", "0")
-    want = w4a16_cuda.w4a16_gemv(x, p["qweight"], p["scales"])
-    for mb in ("0.25", "8", "1024"):
-        monkeypatch.setenv("COMPRESS_W4A16_L2_PREFETCH_MB", mb)
-        assert torch.equal(w4a16_cuda.w4a16_gemv(x, p["qweight"], p["scales"]), want), mb
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):  # two launches back to back: the second prefetches while the first runs
-            first = w4a16_cuda.w4a16_gemv(x, p["qweight"], p["scales"])
-            second = w4a16_cuda.w4a16_gemv(x, p["qweight"], p["scales"])
-        for _ in range(2):
-            g.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(first, want) and torch.equal(second, want), mb
-
-
-@gpu
-def test_fast_engine_decode_is_the_same_with_prefetch_and_triton_silu(monkeypatch):
-    """The fast engine's logits with the L2 prefetch and the Triton silu * up match those without, step for step."""
+def test_fast_engine_decode_is_the_same_with_the_triton_silu(monkeypatch):
+    """The fast engine's logits with the Triton silu * up match those with the glue function, step for step."""
     from compress.runtime.paths import TABLE
 
     model = _tiny_w4a16(monkeypatch, "cuda")
@@ -115,13 +84,15 @@ def test_fast_engine_decode_is_the_same_with_prefetch_and_triton_silu(monkeypatc
             logits.append(lm.decode(logits[-1].argmax(-1, keepdim=True)))
         return torch.stack(logits)
 
+    monkeypatch.setenv("COMPRESS_DECODE_SILU", "triton")
+    lm = fastpath.FastLM(model, 1, 16)
+    assert lm._silu_mul_fn(torch.zeros(1, 1, 1024, device="cuda")) is decode_kernels.silu_mul
+    assert lm._silu_mul_fn(torch.zeros(1, 65, 1024, device="cuda")) is lm.fn["silu_mul"]  # prefill rows
     TABLE.clear()
-    monkeypatch.setenv("COMPRESS_W4A16_L2_PREFETCH_MB", "0")
     monkeypatch.setenv("COMPRESS_DECODE_SILU", "compiled")
     off = decode_logits()
-    monkeypatch.setenv("COMPRESS_W4A16_L2_PREFETCH_MB", "16")
     monkeypatch.setenv("COMPRESS_DECODE_SILU", "triton")
-    on = decode_logits()  # the path table's choices are kept: the same kernels, with the prefetch
+    on = decode_logits()  # the path table's choices are kept: the same GEMVs
     TABLE.clear()
     assert torch.equal(on, off) or rel_err(on, off) < 1e-3
     assert torch.equal(on.argmax(-1), off.argmax(-1))
