@@ -25,6 +25,11 @@ import torch
 Candidate = tuple[str, Callable[[], torch.Tensor]]
 
 _FLUSH_BYTES = 256 * 2**20  # > the H100's 50 MB L2 several times over
+# GPU cycles the stream spins before each timed call, so the call is enqueued before the GPU reaches it and the host's
+# launch cost stays out of the timing. 200k cycles (~0.1 ms) was too short on the lent H100 machine (session 9, call 3):
+# the W4A16 CUDA GEMV's Python launch path outlasted it and timed 72-130 us for 10-25 us kernels, so the table took the
+# Triton kernel for 8B gate/up and dequantize + cuBLAS for o_proj, and the W4A16 decode TPOT went 2.42 -> 3.42 ms.
+_SPIN_CYCLES = 2_000_000  # ~1 ms at 2 GHz
 MATCH_TOL = 1e-2
 
 
@@ -108,7 +113,7 @@ class PathTable:
             buf = self._flush[device] = torch.empty(_FLUSH_BYTES // 4, dtype=torch.float32, device=device)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         buf.fill_(1.0)  # evicts the weights from L2, as between two layers of a real decode step
-        torch.cuda._sleep(200_000)  # ~0.1 ms: the host enqueues the call before the GPU reaches it
+        torch.cuda._sleep(_SPIN_CYCLES)  # the host enqueues the call before the GPU reaches it
         start.record()
         fn()
         end.record()
