@@ -78,12 +78,17 @@ DEFAULT_VARIANT = "w8b2s3"  # the one the tests build first
 # Session 8 (bench/results/h100/kernels_s8_w4a16/README.md, call 2, one process, the pick timed a second time): bucket
 # 16 where a two-row-tile build with the cluster reduction beat the session-6 winner by > 2% (us, new vs old),
 # buckets 32 (M = 17..32) and 64 (33..64) where a candidate beat DEFAULTS' w16b2s2 waves 1 by > 2%.
+# Session 9 (bench/results/h100/e2e/session9/README.md): bucket 8 of the 8B fused qkv and of the 8B down chosen inside
+# the Llama-3-8B W4A16 batch-1 decode step (CUDA graph, programmatic dependent launch; TPOT, one process) instead of
+# by single calls: there a cluster launch cannot start early beside the kernel ahead of it (o_proj with the cluster
+# reduction 2.413 -> 2.578 ms, down 2.377 -> 2.637), and the down projection with 16 warps and a third ring slot won
+# (2.413 / 2.424 -> 2.377 / 2.381 ms), qkv without the cluster reduction after it (2.373 / 2.381 -> 2.362 ms).
 TUNED = {
-    (6144, 4096): {8: ("w8b2s3", 0.5, True), 16: ("w16b2s2", 0.5, True)},     # 8B / Qwen3-8B fused qkv
+    (6144, 4096): {8: ("w8b2s3", 0.5, False), 16: ("w16b2s2", 0.5, True)},     # 8B / Qwen3-8B fused qkv
     (4096, 4096): {8: ("w16b2s2", 1.0, False), 16: ("w16b2s2", 1.0, False)},  # 8B q / o
     (28672, 4096): {8: ("w16b2s2", 1.0, False), 16: ("w16b2s2", 0.5, False)},  # 8B fused gate_up
     # 8B down: 16 22.34 -> 20.42 us; 32 41.84 -> 31.95
-    (4096, 14336): {8: ("w8b2s3", 1.0, False), 16: ("w8b2s2r2", 1.0, True), 32: ("w16b2s2", 2.0, False)},
+    (4096, 14336): {8: ("w16b2s3", 1.0, False), 16: ("w8b2s2r2", 1.0, True), 32: ("w16b2s2", 2.0, False)},
     # 8B k / v: 16 7.09 -> 6.40; 32 10.30 -> 7.72; 64 17.19 -> 12.33
     (1024, 4096): {8: ("w8b2s3", 0.5, True), 16: ("w4b2s3r2", 1.0, True), 32: ("w8b2s3", 1.0, True),
                    64: ("w8b2s3", 1.0, True)},
