@@ -95,8 +95,9 @@ TUNED = {
     # 8B gate / up. M <= 8: session 6's w8b2s4 (a ring slot deeper), 14.43 / 14.29 -> 13.55 us in one process
     # (bench/results/h100/kernels_s6/README.md). Session 8: 16 23.40 -> 18.09; 32 35.28 -> 31.56.
     (14336, 4096): {8: ("w8b2s4", 0.5, False), 16: ("w8b2s2r2", 1.0, True), 32: ("w16b2s2", 2.0, False)},
-    # 70B q / o: 32 40.79 -> 32.70
-    (8192, 8192): {8: ("w8b2s3", 1.0, False), 16: ("w16b2s2", 0.5, False), 32: ("w16b2s2", 2.0, False)},
+    # 70B q / o: 32 40.79 -> 32.70. M <= 8, session 9 (bench/results/h100/e2e/session9/m1_sweep.log, rotate, one
+    # process, second timings): w8b2s4 15.58 us vs w8b2s3 15.81 (fp16 46.93): 2.970x -> 3.012x.
+    (8192, 8192): {8: ("w8b2s4", 1.0, False), 16: ("w16b2s2", 0.5, False), 32: ("w16b2s2", 2.0, False)},
     # 70B k / v: 16 10.22 -> 9.92; 32 14.95 -> 12.30; 64 25.45 -> 17.66
     (1024, 8192): {8: ("w2b2s6", 0.5, False), 16: ("w4b2s3r2", 1.0, True), 32: ("w8b2s3", 1.0, True),
                    64: ("w8b2s3", 1.0, False)},

@@ -410,8 +410,13 @@ def _config_s8(m: int) -> dict:
     ("fit"; session 5 rounded up to 1.5-1.9 per SM) -- M = 4: 1.623x -> 1.657x; and at M > 4 six stages where that grid
     holds at most one program per SM ("deep") -- M = 8: 1.610x -> 1.659x, M = 16: 1.614x -> 1.643x (70B q/o_proj
     1.64x -> 1.78x). The M = 8/16 figures combine two configs of that run per shape: "fit s6" where 64-row weight
-    tiles are at most the SMs, session 5's config where they are more (both launch then exactly as timed)."""
-    cfg = {"BM": 16, "BN": 64, "BK": 256, "num_warps": 4, "num_stages": 4, "fused": False, "fit": 1, "pdl": 2048}
+    tiles are at most the SMs, session 5's config where they are more (both launch then exactly as timed).
+    Session 9 ("qrecip": the quantizer's codes through the fp64 reciprocal of the scale, bit-identical, one division
+    per row instead of one per element): median speedup over the 8 shapes in one process (H100,
+    `STAGES="sweep tests" bash bench/results/h100/kernels_s8_w8a8/device_run.sh`, bench/results/h100/e2e/session9/w8a8_qrecip/)
+    M = 4 1.647x -> 1.708x, M = 8 1.646x -> 1.717x, M = 16 1.638x -> 1.714x."""
+    cfg = {"BM": 16, "BN": 64, "BK": 256, "num_warps": 4, "num_stages": 4, "fused": False, "fit": 1, "pdl": 2048,
+           "qrecip": True}
     return cfg if m <= 4 else dict(cfg, deep=6)
 
 
@@ -423,7 +428,8 @@ def _config_pointer_gemm(m: int) -> dict:
         return {"BM": 16, "BN": 64, "BK": 256, "num_warps": 4, "num_stages": 4, "fused": False, "waves": 1, "pdl": 2048}
     if m <= 64:
         return {"BM": 64, "BN": 64, "BK": 256, "num_warps": 4, "num_stages": 3}
-    return {"BM": 64, "BN": 128, "BK": 128, "num_warps": 4, "num_stages": 4, "m_fast": True}
+    # qrecip (session 9, see `_config_s8`): M = 256 median 1.006x -> 1.027x over fp16 (M = 1024 shares it, untimed).
+    return {"BM": 64, "BN": 128, "BK": 128, "num_warps": 4, "num_stages": 4, "m_fast": True, "qrecip": True}
 
 
 GEMV_TOKENS_MAX_M = 16  # the few-token GEMV keeps a (BN, M, BW) accumulator: above 16 tokens the GEMM serves
