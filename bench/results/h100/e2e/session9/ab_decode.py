@@ -10,7 +10,8 @@ profiler trace of 3 CUDA-graph decode replays (OUT/trace_<i>.json.gz: kernel sta
 in summarize.py) and the top kernels of the last arm.
 
 Usage (repository root, GPU; AB_MODEL=tiny: a CPU dry run): python3 bench/results/h100/e2e/session9/ab_decode.py OUT "PF=0,SILU=compiled;PF=16,SILU=triton"
-PF = COMPRESS_W4A16_L2_PREFETCH_MB (calls 1-2), SILU = COMPRESS_DECODE_SILU, FUSE = COMPRESS_DECODE_W4_FUSE; QKV / O / GU / DOWN = a GEMV launch config
+PF = COMPRESS_W4A16_L2_PREFETCH_MB (calls 1-2), SILU = COMPRESS_DECODE_SILU, FUSE = COMPRESS_DECODE_W4_FUSE,
+ATTN = COMPRESS_DECODE_ATTN; QKV / O / GU / DOWN = a GEMV launch config
 "variant/waves/cluster/balanced" for that layer (a picks file); any other NAME=value is set as given.
 """
 
@@ -31,7 +32,8 @@ from compress.bench.e2e_synthetic import build_synthetic
 from compress.runtime.generate import Generator
 
 T0 = time.time()
-ALIASES = {"PF": "COMPRESS_W4A16_L2_PREFETCH_MB", "SILU": "COMPRESS_DECODE_SILU", "FUSE": "COMPRESS_DECODE_W4_FUSE"}
+ALIASES = {"PF": "COMPRESS_W4A16_L2_PREFETCH_MB", "SILU": "COMPRESS_DECODE_SILU", "FUSE": "COMPRESS_DECODE_W4_FUSE",
+           "ATTN": "COMPRESS_DECODE_ATTN"}
 # W4A16 CUDA GEMV launch config per Llama-3-8B decode layer (M <= 8 bucket), "variant/waves/cluster/balanced", written
 # to a COMPRESS_W4A16_PICKS file for the arm (kernels/w4a16_cuda.py).
 SHAPES = {"QKV": "6144,4096", "O": "4096,4096", "GU": "28672,4096", "DOWN": "4096,14336"}

@@ -30,7 +30,7 @@ with ThreadPoolExecutor(len(names)) as pool:
     list(pool.map(lambda a: w4a16_cuda.compile_variant(code, *a), names))
 print(f'built {names} in {time.time() - t:.1f} s')" 2>&1 | tee -a "$LOG" | tail -3 ;;
     tests)
-      timeout ${TEST_S:-150} python3 -m pytest tests/test_s9_decode_silu.py tests/test_w4a16_cuda.py \
+      timeout ${TEST_S:-150} python3 -m pytest ${TEST_FILES:-tests/test_s9_decode_silu.py tests/test_w4a16_cuda.py} \
         -q --maxfail=5 -p no:cacheprovider -k "${TEST_K:-s9 or back_to_back or same_inputs}" \
         2>&1 | tee "$OUT/tests.log" | grep --line-buffered -E "passed|failed|Error|^FAILED|assert" | cut -c1-300 | tail -15 ;;
     ab)
