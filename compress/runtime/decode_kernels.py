@@ -37,7 +37,6 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from compress.errors import CompressError
 from kernels.w8a8 import _dp4a, _int8_codes, _quotient, _round_half_even, _sbyte  # noqa: F401  (shared int8 helpers)
 
 LOG2E = 1.4426950408889634
@@ -111,13 +110,15 @@ def _rope_heads(ptr, row_off, offs_d, mask2d, cos_ptr, sin_ptr, nw_ptr, eps,
 
 
 @triton.jit
-def _attn_chunk(q_ptr, stride_qb, cos_ptr, sin_ptr, qn_ptr, eps, kc_ptr, vc_ptr, pos_ptr, pm_ptr, pl_ptr, pacc_ptr,
-                scale_log2, pid_bh, pid_s, HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, L: tl.constexpr,
-                S: tl.constexpr, CHUNK: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_L: tl.constexpr,
-                HAS_NORM: tl.constexpr, BLOCK_D: tl.constexpr, PDL: tl.constexpr):
-    """The split step of one program: the G query heads of kv head pid_bh against cache chunk pid_s (rows < pos),
-    partial (max, sum, weighted values) stored at (pid_bh * S + pid_s) * G + g. Returns the heads' q after RoPE
-    (+ RMSNorm), (BLOCK_G, BLOCK_D) in the input dtype, and pos."""
+def _attn_split_impl(q_ptr, stride_qb, cos_ptr, sin_ptr, qn_ptr, eps, kc_ptr, vc_ptr, pos_ptr,
+                     pm_ptr, pl_ptr, pacc_ptr, scale_log2,
+                     HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, L: tl.constexpr, S: tl.constexpr,
+                     CHUNK: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_L: tl.constexpr, HAS_NORM: tl.constexpr,
+                     BLOCK_D: tl.constexpr, PDL: tl.constexpr):
+    pid_bh = tl.program_id(0)
+    pid_s = tl.program_id(1)
+    if PDL:
+        gdc_launch_dependents()
     b = pid_bh // HKV
     h = pid_bh % HKV
     offs_g = tl.arange(0, BLOCK_G)
@@ -164,20 +165,6 @@ def _attn_chunk(q_ptr, stride_qb, cos_ptr, sin_ptr, qn_ptr, eps, kc_ptr, vc_ptr,
     tl.store(pm_ptr + part, m, mask=g_mask)
     tl.store(pl_ptr + part, l, mask=g_mask)
     tl.store(pacc_ptr + part[:, None] * D + offs_d[None, :], acc, mask=g_mask[:, None] & d_ok[None, :])
-    return q, pos
-
-
-@triton.jit
-def _attn_split_impl(q_ptr, stride_qb, cos_ptr, sin_ptr, qn_ptr, eps, kc_ptr, vc_ptr, pos_ptr,
-                     pm_ptr, pl_ptr, pacc_ptr, scale_log2,
-                     HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, L: tl.constexpr, S: tl.constexpr,
-                     CHUNK: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_L: tl.constexpr, HAS_NORM: tl.constexpr,
-                     BLOCK_D: tl.constexpr, PDL: tl.constexpr):
-    if PDL:
-        gdc_launch_dependents()
-    _attn_chunk(q_ptr, stride_qb, cos_ptr, sin_ptr, qn_ptr, eps, kc_ptr, vc_ptr, pos_ptr, pm_ptr, pl_ptr, pacc_ptr,
-                scale_log2, tl.program_id(0), tl.program_id(1), HKV, G, D, L, S, CHUNK, BLOCK_G, BLOCK_L, HAS_NORM,
-                BLOCK_D, PDL)
 
 
 @triton.jit
@@ -276,93 +263,6 @@ def _attn_combine_pdl(q_ptr, k_ptr, v_ptr, stride_qb, stride_kb, stride_vb, cos_
                        HAS_NORM, BLOCK_D, BLOCK_S, True)
 
 
-@triton.jit
-def _attn_fused_impl(q_ptr, k_ptr, v_ptr, stride_qb, stride_kb, stride_vb, cos_ptr, sin_ptr, qn_ptr, kn_ptr, eps,
-                     kc_ptr, vc_ptr, pos_ptr, pm_ptr, pl_ptr, pacc_ptr, cnt_ptr, out_ptr, scale_log2,
-                     HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, L: tl.constexpr, S: tl.constexpr,
-                     CHUNK: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_L: tl.constexpr, HAS_NORM: tl.constexpr,
-                     BLOCK_D: tl.constexpr, PDL: tl.constexpr):
-    """Split and combine in one launch (grid B*Hkv x S, session 9): each program runs `_attn_chunk`, then counts
-    itself done on its kv head's counter; the last of the S to arrive merges the S partials for the head's G query
-    heads with the new token (RoPE (+ RMSNorm) of its k, its score, the cache write at `pos`) and resets the
-    counter (CUDA-graph safe). Same math as _attn_split + _attn_combine, one launch and one dependency wait fewer."""
-    pid_bh = tl.program_id(0)
-    if PDL:
-        gdc_launch_dependents()
-    q, pos = _attn_chunk(q_ptr, stride_qb, cos_ptr, sin_ptr, qn_ptr, eps, kc_ptr, vc_ptr, pos_ptr, pm_ptr, pl_ptr,
-                         pacc_ptr, scale_log2, pid_bh, tl.program_id(1), HKV, G, D, L, S, CHUNK, BLOCK_G, BLOCK_L,
-                         HAS_NORM, BLOCK_D, PDL)
-    tl.debug_barrier()  # every thread's partial stored before the count (the release below covers them)
-    done = tl.atomic_add(cnt_ptr + pid_bh, 1, sem="acq_rel", scope="gpu")
-    if done == S - 1:
-        b = pid_bh // HKV
-        h = pid_bh % HKV
-        offs_g = tl.arange(0, BLOCK_G)
-        offs_d = tl.arange(0, BLOCK_D)
-        d_ok = offs_d < D
-        g_mask = offs_g < G
-        two = tl.arange(0, 2)  # row helpers work on blocks of rows: row 0 is the head, row 1 masked to zero
-        k = tl.sum(_rope_heads(k_ptr, b * stride_kb + h * D + two * 0, offs_d, (two < 1)[:, None], cos_ptr, sin_ptr,
-                               kn_ptr, eps, D, HAS_NORM).to(tl.float32), axis=0)  # (BLOCK_D,)
-        v = tl.load(v_ptr + b * stride_vb + h * D + offs_d, mask=d_ok, other=0.0)
-        slot = (b * HKV + h).to(tl.int64) * L * D + pos * D  # no program of this launch reads rows >= pos
-        tl.store(kc_ptr + slot + offs_d, k.to(kc_ptr.dtype.element_ty), mask=d_ok)
-        tl.store(vc_ptr + slot + offs_d, v, mask=d_ok)
-        s_new = tl.sum(q.to(tl.float32) * k[None, :], axis=1) * scale_log2  # (BLOCK_G,)
-        mx = s_new
-        for c in range(0, S):  # the other programs' partials: from L2 (.cg), never a stale L1 line
-            mx = tl.maximum(mx, tl.load(pm_ptr + (pid_bh * S + c) * G + offs_g, mask=g_mask, other=NEG,
-                                        cache_modifier=".cg"))
-        w_new = tl.exp2(s_new - mx)
-        total = w_new
-        acc = w_new[:, None] * v.to(tl.float32)[None, :]
-        for c in range(0, S):
-            part = (pid_bh * S + c) * G + offs_g
-            w = tl.exp2(tl.load(pm_ptr + part, mask=g_mask, other=NEG, cache_modifier=".cg") - mx)
-            total += w * tl.load(pl_ptr + part, mask=g_mask, other=0.0, cache_modifier=".cg")
-            acc += w[:, None] * tl.load(pacc_ptr + part.to(tl.int64)[:, None] * D + offs_d[None, :],
-                                        mask=g_mask[:, None] & d_ok[None, :], other=0.0, cache_modifier=".cg")
-        out = acc / total[:, None]
-        rows = b * (HKV * G * D) + (h * G + offs_g) * D
-        tl.store(out_ptr + rows[:, None] + offs_d[None, :], out.to(out_ptr.dtype.element_ty),
-                 mask=g_mask[:, None] & d_ok[None, :])
-        tl.atomic_xchg(cnt_ptr + pid_bh, 0, sem="relaxed", scope="gpu")
-
-
-@triton.jit
-def _attn_fused(q_ptr, k_ptr, v_ptr, stride_qb, stride_kb, stride_vb, cos_ptr, sin_ptr, qn_ptr, kn_ptr, eps,
-                kc_ptr, vc_ptr, pos_ptr, pm_ptr, pl_ptr, pacc_ptr, cnt_ptr, out_ptr, scale_log2,
-                HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, L: tl.constexpr, S: tl.constexpr,
-                CHUNK: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_L: tl.constexpr, HAS_NORM: tl.constexpr,
-                BLOCK_D: tl.constexpr):
-    _attn_fused_impl(q_ptr, k_ptr, v_ptr, stride_qb, stride_kb, stride_vb, cos_ptr, sin_ptr, qn_ptr, kn_ptr, eps,
-                     kc_ptr, vc_ptr, pos_ptr, pm_ptr, pl_ptr, pacc_ptr, cnt_ptr, out_ptr, scale_log2, HKV, G, D, L, S,
-                     CHUNK, BLOCK_G, BLOCK_L, HAS_NORM, BLOCK_D, False)
-
-
-@triton.jit
-def _attn_fused_pdl(q_ptr, k_ptr, v_ptr, stride_qb, stride_kb, stride_vb, cos_ptr, sin_ptr, qn_ptr, kn_ptr, eps,
-                    kc_ptr, vc_ptr, pos_ptr, pm_ptr, pl_ptr, pacc_ptr, cnt_ptr, out_ptr, scale_log2,
-                    HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, L: tl.constexpr, S: tl.constexpr,
-                    CHUNK: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_L: tl.constexpr, HAS_NORM: tl.constexpr,
-                    BLOCK_D: tl.constexpr):
-    _attn_fused_impl(q_ptr, k_ptr, v_ptr, stride_qb, stride_kb, stride_vb, cos_ptr, sin_ptr, qn_ptr, kn_ptr, eps,
-                     kc_ptr, vc_ptr, pos_ptr, pm_ptr, pl_ptr, pacc_ptr, cnt_ptr, out_ptr, scale_log2, HKV, G, D, L, S,
-                     CHUNK, BLOCK_G, BLOCK_L, HAS_NORM, BLOCK_D, True)
-
-
-# Session 9: decode attention as one launch (`_attn_fused`) or two (`_attn_split` + `_attn_combine`).
-# COMPRESS_DECODE_ATTN = "split" | "fused", read when a DecodeAttention is built (its graphs replay that choice).
-DECODE_ATTN_DEFAULT = "split"
-
-
-def decode_attn_mode() -> str:
-    v = os.environ.get("COMPRESS_DECODE_ATTN", DECODE_ATTN_DEFAULT)
-    if v not in ("split", "fused"):
-        raise CompressError(f"COMPRESS_DECODE_ATTN={v!r} is not split or fused; unset it or pick one")
-    return v
-
-
 class DecodeAttention:
     """Decode attention of one new token per sequence against a static cache (B, Hkv, L, D).
 
@@ -392,8 +292,6 @@ class DecodeAttention:
         self.splits = -(-max_len // self.chunk)
         self.block_s = min(32, triton.next_power_of_2(self.splits))  # partials the combine step reads at once
         n = batch * n_kv * self.splits * self.g
-        self.mode = decode_attn_mode()
-        self.done = torch.zeros(batch * n_kv, dtype=torch.int32, device=device)  # fused: chunks finished per kv head
         self.pm = torch.empty(n, dtype=torch.float32, device=device)
         self.pl = torch.empty(n, dtype=torch.float32, device=device)
         self.pacc = torch.empty(n * head_dim, dtype=torch.float32, device=device)
@@ -415,13 +313,6 @@ class DecodeAttention:
         s_log2 = float(scale) * LOG2E
         common = dict(HKV=self.hkv, G=self.g, D=d, L=self.len, S=self.splits, CHUNK=self.chunk, BLOCK_G=self.block_g,
                       HAS_NORM=has_norm, BLOCK_D=max(16, triton.next_power_of_2(d)))
-        if self.mode == "fused":
-            fused, opts = _pick(_attn_fused, _attn_fused_pdl, q.device)
-            fused[(b * self.hkv, self.splits)](
-                q, k, v, q.stride(0), k.stride(0), v.stride(0), cos, sin, qn, kn, eps, k_cache, v_cache, pos,
-                self.pm, self.pl, self.pacc, self.done, out, s_log2, BLOCK_L=self.BLOCK_L, num_warps=4, num_stages=2,
-                **common, **opts)
-            return out
         split, opts = _pick(_attn_split, _attn_split_pdl, q.device)
         split[(b * self.hkv, self.splits)](
             q, q.stride(0), cos, sin, qn, eps, k_cache, v_cache, pos, self.pm, self.pl, self.pacc, s_log2,

@@ -11,7 +11,7 @@ in summarize.py) and the top kernels of the last arm.
 
 Usage (repository root, GPU; AB_MODEL=tiny: a CPU dry run): python3 bench/results/h100/e2e/session9/ab_decode.py OUT "PF=0,SILU=compiled;PF=16,SILU=triton"
 PF = COMPRESS_W4A16_L2_PREFETCH_MB (calls 1-2), SILU = COMPRESS_DECODE_SILU, FUSE = COMPRESS_DECODE_W4_FUSE,
-ATTN = COMPRESS_DECODE_ATTN; QKV / O / GU / DOWN = a GEMV launch config
+ATTN = COMPRESS_DECODE_ATTN (call 12); QKV / O / GU / DOWN = a GEMV launch config
 "variant/waves/cluster/balanced" for that layer (a picks file); any other NAME=value is set as given.
 """
 
@@ -33,7 +33,7 @@ from compress.runtime.generate import Generator
 
 T0 = time.time()
 ALIASES = {"PF": "COMPRESS_W4A16_L2_PREFETCH_MB", "SILU": "COMPRESS_DECODE_SILU", "FUSE": "COMPRESS_DECODE_W4_FUSE",
-           "ATTN": "COMPRESS_DECODE_ATTN"}
+           "ATTN": "COMPRESS_DECODE_ATTN"}  # ATTN: call 12's one-launch attention, since removed
 # W4A16 CUDA GEMV launch config per Llama-3-8B decode layer (M <= 8 bucket), "variant/waves/cluster/balanced", written
 # to a COMPRESS_W4A16_PICKS file for the arm (kernels/w4a16_cuda.py).
 SHAPES = {"QKV": "6144,4096", "O": "4096,4096", "GU": "28672,4096", "DOWN": "4096,14336"}
