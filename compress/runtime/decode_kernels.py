@@ -78,6 +78,14 @@ def _pick(plain, with_pdl, device: torch.device):
     return (with_pdl, {"launch_pdl": True}) if pdl_enabled(device) else (plain, {})
 
 
+@triton.jit
+def _silu_times(g, u):
+    """silu(g) * u in fp32 (g, u fp32): the expression every silu * up of these kernels uses, so the fused GEMVs, the
+    quantizing launch and the plain launch round the same value once to the activation dtype (the compiled glue's
+    rounding)."""
+    return g / (1.0 + tl.exp(-g)) * u
+
+
 # ---- RoPE on one head, in registers ----------------------------------------------------------------
 
 
@@ -359,7 +367,7 @@ def _gemv_impl(x_ptr, w_ptr, y_ptr, N, K: tl.constexpr, BLOCK_N: tl.constexpr, B
         if SILU_MUL:
             g = xk.to(tl.float32)
             u = tl.load(x_ptr + K + kk, mask=k_mask, other=0.0).to(tl.float32)
-            xk = (g / (1.0 + tl.exp(-g)) * u).to(w.dtype)
+            xk = _silu_times(g, u).to(w.dtype)
         acc += w.to(tl.float32) * xk.to(tl.float32)[None, :]
         w = w_next
         nxt = kk + 2 * BLOCK_K
@@ -652,7 +660,7 @@ def _silu_mul_impl(gu_ptr, a_ptr, I: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.
     mask = offs < I
     g = tl.load(gu_ptr + row * 2 * I + offs, mask=mask, other=0.0).to(tl.float32)
     u = tl.load(gu_ptr + row * 2 * I + I + offs, mask=mask, other=0.0).to(tl.float32)
-    tl.store(a_ptr + row * I + offs, (g / (1.0 + tl.exp(-g)) * u).to(a_ptr.dtype.element_ty), mask=mask)
+    tl.store(a_ptr + row * I + offs, _silu_times(g, u).to(a_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -689,7 +697,7 @@ def _silu_mul_quant(gu_ptr, a_ptr, q_ptr, qs_ptr, I: tl.constexpr, BLOCK: tl.con
     base = pid.to(tl.int64) * 2 * I
     g = tl.load(gu_ptr + base + offs, mask=mask, other=0.0).to(tl.float32)
     u = tl.load(gu_ptr + base + I + offs, mask=mask, other=0.0).to(tl.float32)
-    a = (g / (1.0 + tl.exp(-g)) * u).to(a_ptr.dtype.element_ty)
+    a = _silu_times(g, u).to(a_ptr.dtype.element_ty)
     tl.store(a_ptr + pid.to(tl.int64) * I + offs, a, mask=mask)
     _quant_row(a.to(tl.float32), offs, mask, q_ptr, qs_ptr, pid.to(tl.int64) * I, pid)
 
@@ -720,7 +728,7 @@ def _x_float_words(x_ptr, ww, byte, w_mask, K: tl.constexpr, SILU: tl.constexpr)
     if SILU:
         g = xv.to(tl.float32)
         u = tl.load(x_ptr + K + idx, mask=w_mask[:, None], other=0.0).to(tl.float32)
-        xv = (g / (1.0 + tl.exp(-g)) * u).to(x_ptr.dtype.element_ty)
+        xv = _silu_times(g, u).to(x_ptr.dtype.element_ty)
     return xv.to(tl.float32)
 
 
