@@ -62,9 +62,9 @@ def test_silu_choice_keeps_the_compiled_glue_off_the_decode_path(monkeypatch):
     """Prefill rows (> 64), a CPU engine (no decode kernels) and "compiled" keep the glue function; only a one-token
     decode on a PDL device may take the Triton launch."""
     model = _tiny_w4a16(monkeypatch, "cpu")
+    monkeypatch.setenv("COMPRESS_DECODE_SILU", "triton")
     lm = fastpath.FastLM(model, 1, 16)
     gu = torch.zeros(1, 1, 1024)
-    monkeypatch.setenv("COMPRESS_DECODE_SILU", "triton")
     assert lm._silu_mul_fn(gu) is lm.fn["silu_mul"]  # CPU: no decode kernels, no PDL
 
 

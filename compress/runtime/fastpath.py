@@ -234,6 +234,7 @@ class FastLM:
         self.rope_table = self._rope_table()
         self.fn = {name: globals()[name] for name in GLUE}
         self.w4_fuse = w4_fusions()  # read once: an engine's graphs replay what it was built with
+        self.decode_silu = decode_silu()  # the same
         if attn_kernel is None:
             attn_kernel = self.device.type == "cuda" and _triton_available()
         # One-token decode: norms quantize their output for W8A8 consumers (GPU, Triton).
@@ -321,9 +322,9 @@ class FastLM:
     def _silu_mul_fn(self, gu: torch.Tensor):
         """silu * up for the MLP: the compiled glue, or at decode (<= 64 rows, the decode kernels on, PDL on) the
         Triton launch that keeps the step's chain of programmatically dependent launches (decode_kernels.silu_mul)
-        when COMPRESS_DECODE_SILU says "triton" (default DECODE_SILU_DEFAULT)."""
+        when COMPRESS_DECODE_SILU said "triton" (default DECODE_SILU_DEFAULT) as the engine was built."""
         rows = gu.numel() // gu.shape[-1]
-        if self.attn is None or rows > 64 or decode_silu() != "triton":
+        if self.attn is None or rows > 64 or self.decode_silu != "triton":
             return self.fn["silu_mul"]
         from compress.runtime.decode_kernels import pdl_enabled, silu_mul
 
