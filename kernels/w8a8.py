@@ -388,7 +388,7 @@ def _check(x, weight, w_scale):
 
 def _config(m: int) -> dict:
     """Kernel and tiles by M. Every M quantizes x once (`quantize_per_token`). M = 3..16: `_config_s8` (session 8's
-    grid for session 5's GEMM). M <= 2 and > 64 (and session 5's 3..16, `_config_pointer_gemm`): the
+    grid for session 5's GEMM). M <= 2 and > 64 (`_config_table`; session 5's 3..16 in `_config_pointer_gemm`): the
     winners of session 5's H100 sweep under rotating timing (`python -m compress.bench.kernel_tune --final w8a8`,
     bench/results/h100/kernels_s5/: median speedup over fp16 on the 8 Llama-3 shapes: M = 2 few-token GEMV 1.79x
     (GEMM 1.60x); M = 8 and 16 GEMM with one wave 1.60x (the two-wave tiles before: 1.41x); M = 256 64x128 tiles,
@@ -401,7 +401,7 @@ def _config(m: int) -> dict:
         return tuned
     if 2 < m <= 16:
         return _config_s8(m)
-    return _config_pointer_gemm(m)
+    return _config_table(m)
 
 
 def _config_s8(m: int) -> dict:
@@ -428,8 +428,15 @@ def _config_pointer_gemm(m: int) -> dict:
         return {"BM": 16, "BN": 64, "BK": 256, "num_warps": 4, "num_stages": 4, "fused": False, "waves": 1, "pdl": 2048}
     if m <= 64:
         return {"BM": 64, "BN": 64, "BK": 256, "num_warps": 4, "num_stages": 3}
-    # qrecip (session 9, see `_config_s8`): M = 256 median 1.006x -> 1.027x over fp16 (M = 1024 shares it, untimed).
-    return {"BM": 64, "BN": 128, "BK": 128, "num_warps": 4, "num_stages": 4, "m_fast": True, "qrecip": True}
+    return {"BM": 64, "BN": 128, "BK": 128, "num_warps": 4, "num_stages": 4, "m_fast": True}
+
+
+def _config_table(m: int) -> dict:
+    """The served config outside M = 3..16: session 5's table (`_config_pointer_gemm`, the sweeps' "old" baseline)
+    with the exact-reciprocal quantizer above 64 tokens (session 9, see `_config_s8`): M = 256 median 1.006x ->
+    1.027x over fp16 (M = 1024 shares it, untimed)."""
+    cfg = _config_pointer_gemm(m)
+    return dict(cfg, qrecip=True) if m > 64 else cfg
 
 
 GEMV_TOKENS_MAX_M = 16  # the few-token GEMV keeps a (BN, M, BW) accumulator: above 16 tokens the GEMM serves
@@ -502,9 +509,9 @@ def _launch(x, weight, w_scale, config: dict | None = None) -> torch.Tensor:
             pdl = bool(cfg.get("pdl")) and not interpreting()
             xq, sx = quantize_per_token(x2, early=pdl, recip=bool(cfg.get("qrecip")))
             return w8a8_gemm_tma.launch(xq, sx, weight, sw, out, cfg, pdl=pdl).reshape(*lead, n)
-        cfg = _config_pointer_gemm(m)  # a weight TMA cannot take (strided, unaligned, pre-Hopper): the pointer GEMM
+        cfg = _config_table(m)  # a weight TMA cannot take (strided, unaligned, pre-Hopper): the pointer GEMM
     if "BK" not in cfg:  # a gemv config above GEMV_TOKENS_MAX_M tokens or on a strided weight: the GEMM's table
-        cfg = _config_pointer_gemm(max(m, 3))
+        cfg = _config_table(max(m, 3))
     fused = cfg.get("fused", m <= FUSED_QUANT_MAX_M)
     pdl = cfg.get("pdl", 0) if not interpreting() else 0
     chain = _chain(cfg) if pdl else 0
