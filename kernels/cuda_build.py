@@ -74,11 +74,13 @@ def compile_library(src: Path, name: str, flags: list[str], arch_code: str, what
 
 
 class SplitKWorkspace:
-    """Per-device scratch of the split-K kernels: (fp32 partials, int32 tile counters). The counters start
-    at zero and the kernels leave them so. A workspace that is outgrown is replaced but kept alive, because
-    a captured CUDA graph may still point at it."""
+    """Per-device scratch of the split-K kernels: (partials, int32 tile counters). The counters start at zero and
+    the kernels leave them so; the partials are fp32 scratch, or (dtype=torch.int32, zeroed=True, kernels/i8_gemv.py)
+    int32 sums that start at zero and that the kernel zeroes again. A workspace that is outgrown is replaced but kept
+    alive, because a captured CUDA graph may still point at it."""
 
-    def __init__(self):
+    def __init__(self, dtype: torch.dtype = torch.float32, zeroed: bool = False):
+        self._dtype, self._zeroed = dtype, zeroed
         self._by_device: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
         self._outgrown: list[torch.Tensor] = []
 
@@ -87,7 +89,8 @@ class SplitKWorkspace:
         if ws is None or ws.numel() < floats or cnt.numel() < tiles:
             if ws is not None:
                 self._outgrown.extend((ws, cnt))
-            ws = torch.empty(max(floats, 1 << 20), dtype=torch.float32, device=device)
+            alloc = torch.zeros if self._zeroed else torch.empty
+            ws = alloc(max(floats, 1 << 20), dtype=self._dtype, device=device)
             cnt = torch.zeros(max(tiles, 4096), dtype=torch.int32, device=device)
             self._by_device[device] = (ws, cnt)
         return ws, cnt

@@ -86,6 +86,8 @@
 
 #include <type_traits>
 
+#include "ring_common.cuh"
+
 #ifndef W4_WARPS
 #define W4_WARPS 4
 #endif
@@ -204,53 +206,6 @@ __device__ __forceinline__ void dequant(uint32_t w, uint32_t s2, uint32_t z2, ui
 #pragma unroll
     for (int j = 0; j < 4; ++j) a[j] = fma2<T>(a[j], s2, B::NEG_ZERO);  // x * s + (-0) = x * s, one rounding
   }
-}
-
-template <typename T> __device__ __forceinline__ float low_to_f32(uint32_t v);
-template <> __device__ __forceinline__ float low_to_f32<__half>(uint32_t v) {
-  return __half2float(__ushort_as_half((unsigned short)(v & 0xFFFFu)));
-}
-template <> __device__ __forceinline__ float low_to_f32<__nv_bfloat16>(uint32_t v) { return __uint_as_float(v << 16); }
-
-__device__ __forceinline__ uint32_t word(const uint4& v, int c) {
-  return c == 0 ? v.x : (c == 1 ? v.y : (c == 2 ? v.z : v.w));
-}
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ uint64_t evict_first_policy() {
-  uint64_t pol;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
-  return pol;
-}
-
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, uint64_t pol) {
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "l"(pol)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-// Programmatic dependent launch (sm_90; both are no-ops when the kernel was not launched with the attribute).
-__device__ __forceinline__ void grid_dep_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void grid_dep_launch() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
-
-template <typename T> __device__ __forceinline__ uint16_t to_bits(float v);
-template <> __device__ __forceinline__ uint16_t to_bits<__half>(float v) { return __half_as_ushort(__float2half_rn(v)); }
-template <> __device__ __forceinline__ uint16_t to_bits<__nv_bfloat16>(float v) {
-  return __bfloat16_as_ushort(__float2bfloat16_rn(v));
 }
 
 struct Args {
@@ -932,25 +887,11 @@ __global__ void __launch_bounds__(THREADS, min_ctas(MT)) w4a16_gemv_kernel(const
   if (threadIdx.x == 0) a.counters[blockIdx.x] = 0;
 }
 
-// Lets an instantiation use the device's whole per-block shared memory (once; beyond 48 KB needs the opt-in;
-// the opt-in limit counts the static shared memory too: asking for all of it as dynamic is an invalid value).
+// The whole per-block shared memory for an instantiation (ring_common.cuh).
 template <typename T, bool ASYM, bool G64, int MT, bool BAL>
 int allow_smem(size_t* limit) {
   static size_t raised = 0;
-  if (raised == 0) {
-    int dev = 0, optin = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-    cudaFuncAttributes fa;
-    cudaError_t e = cudaFuncGetAttributes(&fa, w4a16_gemv_kernel<T, ASYM, G64, MT, BAL>);
-    if (e != cudaSuccess) return (int)e;
-    const int dyn = optin - (int)fa.sharedSizeBytes;  // static + dynamic must fit the opt-in limit
-    e = cudaFuncSetAttribute(w4a16_gemv_kernel<T, ASYM, G64, MT, BAL>, cudaFuncAttributeMaxDynamicSharedMemorySize, dyn);
-    if (e != cudaSuccess) return (int)e;
-    raised = (size_t)dyn;
-  }
-  *limit = raised;
-  return 0;
+  return raise_smem_limit(w4a16_gemv_kernel<T, ASYM, G64, MT, BAL>, &raised, limit);
 }
 
 template <typename T, bool ASYM, bool G64, int MT, bool BAL>
