@@ -148,7 +148,10 @@ class Sparse24Linear(QuantLinear):
         return (self.int8,)
 
     def __init__(self, spec: LayerSpec, dtype: torch.dtype, values: torch.Tensor, meta: torch.Tensor,
-                 w_scale: torch.Tensor | None):
+                 w_scale: torch.Tensor | None, meta_frag: torch.Tensor | None = None):
+        """meta_frag: the int8 CUDA GEMV's metadata registers for this meta (kernels.i8_gemv.pack_meta_fragments),
+        when the caller built them already (the kernel benchmark, whose layers are made inside a CUDA graph capture);
+        otherwise they are built on the first GPU call that can use them."""
         super().__init__(spec, dtype)
         n, k = spec.out_features, spec.in_features
         if k % 4 or tuple(values.shape) != (n, k // 2) or tuple(meta.shape) != (n, sp24_fmt.meta_words(k)):
@@ -162,6 +165,7 @@ class Sparse24Linear(QuantLinear):
         self.register_buffer("values", values if self.int8 else values.to(dtype))
         self.register_buffer("meta", meta)
         self.register_buffer("w_scale", None if w_scale is None else w_scale.reshape(-1).float())
+        self._frag = None if meta_frag is None else (self._frag_key(), meta_frag)
 
     @classmethod
     def from_checkpoint(cls, spec, tensors, *, device, dtype):
@@ -200,6 +204,20 @@ class Sparse24Linear(QuantLinear):
     def _dense(self):
         return _unpack_24(self.values, self.meta, (self.out_features, self.in_features))
 
+    def _frag_key(self):
+        return (self.meta.data_ptr(), tuple(self.meta.shape), self.meta.device)
+
+    def _meta_fragments(self) -> torch.Tensor | None:
+        """The metadata in the int8 CUDA GEMV's register order, built once per meta tensor (a fused or moved layer
+        has a new one); never inside a CUDA graph capture (None then: the path is not offered)."""
+        if self._frag is not None and self._frag[0] == self._frag_key():
+            return self._frag[1]
+        if self.meta.device.type != "cuda" or torch.cuda.is_current_stream_capturing():
+            return None
+        frag = kb.kernel_module("i8_gemv").pack_meta_fragments(self.meta, self.out_features, self.in_features)
+        self._frag = (self._frag_key(), frag)
+        return frag
+
     def kernel_paths(self, x2d):
         # Dense temporary, then the same math: cuBLAS for fp16 values; for int8 values the dense W8A8
         # kernel or torch._int_mm (same quantized activations, exact int32 products).
@@ -209,6 +227,12 @@ class Sparse24Linear(QuantLinear):
         paths.append(("dequant+w8a8", lambda: kb.kernel_module("w8a8").w8a8_linear(x2d, self._dense(), self.w_scale)))
         if kb.int_mm_fits(*x2d.shape, self.out_features):
             paths.append(("dequant+int_mm", lambda: kb.int_mm_w8a8(x2d, self._dense(), self.w_scale)))
+        if x2d.shape[0] <= 16 and self.in_features % 128 == 0 and kb.unavailable(x2d.device, "i8_gemv", "supports") is None:
+            # 1..16 tokens: the sparse tensor cores (mma.sp) through the CUDA int8 GEMV (kernels/i8_gemv.py).
+            i8 = kb.kernel_module("i8_gemv")
+            frag = self._meta_fragments() if i8.enabled() else None
+            if frag is not None and i8.supports(x2d, self.values, self.w_scale, frag):
+                paths.append(("cuda_sp24", lambda: i8.sparse24_w8a8_gemv(x2d, self.values, frag, self.w_scale)))
         return paths
 
 

@@ -315,6 +315,8 @@ class CTW8A8Linear(QuantLinear):
 
             paths += [("gemv_i8_%dx%d_w%d" % c, partial(gemv_i8, x2d, None, self.qweight, self.scale, x2d.dtype, c))
                       for c in GEMV_I8_CONFIGS]
+        # kernels/i8_gemv.py's dense mode (the CUDA int8 tensor-core GEMV) is not offered: session 10 measured it slower
+        # than these paths on all 8 Llama-3 shapes at 1, 4 and 16 tokens (bench/results/h100/kernels_s10_i8/).
         if not paths:  # announced at load (`kernel_partial`): same math, plain torch
             paths.append(("reference", partial(self.reference, x2d)))
         return paths
