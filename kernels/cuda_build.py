@@ -84,13 +84,13 @@ class SplitKWorkspace:
         self._by_device: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
         self._outgrown: list[torch.Tensor] = []
 
-    def get(self, device: torch.device, floats: int, tiles: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def get(self, device: torch.device, elems: int, tiles: int) -> tuple[torch.Tensor, torch.Tensor]:
         ws, cnt = self._by_device.get(device, (None, None))
-        if ws is None or ws.numel() < floats or cnt.numel() < tiles:
+        if ws is None or ws.numel() < elems or cnt.numel() < tiles:
             if ws is not None:
                 self._outgrown.extend((ws, cnt))
             alloc = torch.zeros if self._zeroed else torch.empty
-            ws = alloc(max(floats, 1 << 20), dtype=self._dtype, device=device)
+            ws = alloc(max(elems, 1 << 20), dtype=self._dtype, device=device)
             cnt = torch.zeros(max(tiles, 4096), dtype=torch.int32, device=device)
             self._by_device[device] = (ws, cnt)
         return ws, cnt

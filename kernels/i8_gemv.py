@@ -87,6 +87,8 @@ def chain_mode() -> bool:
     if v not in ("0", "1"):
         raise CompressError(f"COMPRESS_I8_GEMV_CHAIN={v!r} is not 0 or 1; unset it or pick one")
     return v == "1"
+
+
 _RC = {-1: "M outside 1..16", -3: "bad split-K plan", -4: "shared memory over the device's per-block limit",
        -5: "K not a multiple of the block (64 dense, 128 for 2:4), ldx not a multiple of 16, or no metadata"}
 
@@ -125,6 +127,19 @@ def meta_layout() -> torch.Tensor:
     return out
 
 
+def _register_cells(layout: torch.Tensor, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rows, block groups), each (32 lanes, 2 fragments, 8 nibbles): the 16-row tile's row and the 128-k block's
+    group of 4 whose positions each nibble of each lane's metadata register holds."""
+    rows = layout[:, :, 0].to(device)[:, None, :].expand(32, 2, 8)
+    groups = torch.stack([fragment_group(layout[:, :, 1], f) for f in (0, 1)], dim=1).to(device)
+    return rows, groups
+
+
+def _as_int32(words: torch.Tensor) -> torch.Tensor:
+    """int64 values in [0, 2^32) -> int32 with the same bits."""
+    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
+
+
 def pack_meta_fragments(meta: torch.Tensor, n: int, k: int, layout: torch.Tensor | None = None) -> torch.Tensor:
     """compress.sparse24 meta (N, K/32) int32 -> the sparse mma's metadata registers in register order:
     (ceil(N / 16), K / 128, 32 lanes, 2 fragments) int32. Rows past N get positions (0, 1) in every group (a valid
@@ -142,11 +157,9 @@ def pack_meta_fragments(meta: torch.Tensor, n: int, k: int, layout: torch.Tensor
     if r16 * 16 != n:
         nib = torch.cat([nib, torch.full((r16 * 16 - n, k // 4), 0b0100, dtype=nib.dtype, device=nib.device)])
     nib = nib.reshape(r16, 16, kb, 32).permute(0, 2, 1, 3)  # (R, kb, 16 rows, 32 block groups)
-    rows = layout[:, :, 0].to(meta.device)  # (32, 8)
-    groups = torch.stack([fragment_group(layout[:, :, 1], f) for f in (0, 1)], dim=1).to(meta.device)  # (32, 2, 8)
-    sel = nib[:, :, rows[:, None, :].expand(32, 2, 8), groups]  # (R, kb, 32, 2, 8)
-    words = (sel << shifts).sum(dim=-1)  # (R, kb, 32, 2) in [0, 2^32)
-    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32).contiguous()
+    rows, groups = _register_cells(layout, meta.device)
+    sel = nib[:, :, rows, groups]  # (R, kb, 32, 2, 8)
+    return _as_int32((sel << shifts).sum(dim=-1)).contiguous()  # (R, kb, 32, 2)
 
 
 def unpack_meta_fragments(frag: torch.Tensor, n: int, k: int, layout: torch.Tensor | None = None) -> torch.Tensor:
@@ -156,12 +169,10 @@ def unpack_meta_fragments(frag: torch.Tensor, n: int, k: int, layout: torch.Tens
     shifts = 4 * torch.arange(8, device=frag.device, dtype=torch.int64)
     sel = (frag.to(torch.int64).unsqueeze(-1) & 0xFFFFFFFF) >> shifts & 0xF  # (R, kb, 32, 2, 8)
     nib = torch.zeros(r16, kb, 16, 32, dtype=torch.int64, device=frag.device)
-    rows = layout[:, :, 0].to(frag.device)[:, None, :].expand(32, 2, 8)
-    groups = torch.stack([fragment_group(layout[:, :, 1], f) for f in (0, 1)], dim=1).to(frag.device)
+    rows, groups = _register_cells(layout, frag.device)
     nib[:, :, rows, groups] = sel
     nib = nib.permute(0, 2, 1, 3).reshape(r16 * 16, k // 4)[:n].reshape(n, k // 32, 8)
-    words = (nib << shifts).sum(dim=-1)
-    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
+    return _as_int32((nib << shifts).sum(dim=-1))
 
 
 # ------------------------------------------------------------------------------------------------ build
@@ -279,10 +290,15 @@ def _check(what: str, x: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor, s
 
 
 def supports(x2: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor, meta_frag: torch.Tensor | None = None) -> bool:
-    """True when this GEMV can run the call here (launcher checks and a successful build); never raises."""
+    """True when this GEMV can run the call here (launcher checks and a successful build); raises only for a
+    malformed COMPRESS_I8_GEMV_PDL / COMPRESS_I8_GEMV_CHAIN."""
     sparse = meta_frag is not None
     m = x2.numel() // max(1, x2.shape[-1])
-    if not enabled() or x2.device.type != "cuda" or not 1 <= m <= MAX_M:
+    if not enabled():
+        return False
+    # A malformed setting is the user's to fix, not a path to drop silently (the PathTable skips paths that raise).
+    pdl_mode(), chain_mode()
+    if x2.device.type != "cuda" or not 1 <= m <= MAX_M:
         return False
     try:
         _check("i8_gemv", x2, w, w_scale, sparse, meta_frag)
@@ -413,9 +429,3 @@ def probe_sparse_layout(device: torch.device | str = "cuda") -> dict:
     meta_want = {(lane, j): (int(layout[lane, j, 0]), int(layout[lane, j, 1])) for lane in range(32) for j in range(8)}
     return {"a": a_map, "meta": meta_map, "a_ok": a_map == a_want, "meta_ok": meta_map == meta_want}
 
-
-def planned(n: int, k: int, m: int, sparse: bool, name: str = DEFAULT_VARIANT) -> str:
-    """The default plan as text, for benchmark tables (on GPU 0)."""
-    dev = torch.device("cuda", 0)
-    per, s = plan_for(dev, build(dev, name), name, n, k, m, sparse, default_waves(m))
-    return f"cuda i8 {name} per{per} x{s}" + (" qin" if qin_default(m, n, k) else "")

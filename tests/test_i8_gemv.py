@@ -163,7 +163,14 @@ def test_launcher_errors_name_the_problem():
                        None)
     with pytest.raises(CompressError, match="needs CUDA tensors"):
         i8_gemv._check("w8a8_gemv", torch.zeros(1, 256).half(), w, s, False, None)
-    assert not i8_gemv.supports(torch.zeros(1, 256).half(), w, s)  # CPU: never offered, never raises
+    assert not i8_gemv.supports(torch.zeros(1, 256).half(), w, s)  # CPU: never offered
+
+
+@pytest.mark.parametrize("name,value", [("COMPRESS_I8_GEMV_PDL", "3"), ("COMPRESS_I8_GEMV_CHAIN", "yes")])
+def test_a_malformed_setting_is_an_error_not_a_silently_dropped_path(monkeypatch, name, value):
+    monkeypatch.setenv(name, value)
+    with pytest.raises(CompressError, match=f"{name}={value!r}.*unset it or pick one"):
+        i8_gemv.supports(torch.zeros(1, 256).half(), torch.zeros(64, 256, dtype=torch.int8), torch.ones(64))
 
 
 def test_runtime_offers_no_cuda_int8_path_on_cpu():
@@ -185,6 +192,14 @@ SHAPES = [(40, 256), (33, 384), (100, 128), (257, 640), (4096, 4096), (1024, 409
 def rel_err(a, b):
     assert torch.isfinite(a.float()).all()
     return ((a.float() - b.float()).norm() / b.float().norm()).item()
+
+
+def gpu_layer(n, k, sparse, seed):
+    """(weights, w_scale, metadata fragments or None): a random 2:4 int8 layer (values) or a dense W8A8 one, on the GPU."""
+    if sparse:
+        q = make_sparse24(n, k, torch.int8, "cuda", seed=seed)
+        return q["values"], q["w_scale"], i8_gemv.pack_meta_fragments(q["meta"], n, k)
+    return (*make_w8a8(n, k, "cuda", seed=seed), None)
 
 
 def exact(xq, sx, w_dense, sw, dtype):
@@ -239,11 +254,7 @@ def test_every_variant_split_and_launch_mode_gives_the_same_bytes(sparse, name):
     from kernels.w8a8 import quantize_per_token
 
     n, k = 1000, 2048
-    if sparse:
-        q = make_sparse24(n, k, torch.int8, "cuda", seed=9)
-        w, sw, frag = q["values"], q["w_scale"], i8_gemv.pack_meta_fragments(q["meta"], n, k)
-    else:
-        (w, sw), frag = make_w8a8(n, k, "cuda", seed=9), None
+    w, sw, frag = gpu_layer(n, k, sparse, seed=9)
     kb = k // i8_gemv.block_k(sparse)
     for m in (1, 7, 12):
         xq, sx = quantize_per_token(torch.randn(m, k, device="cuda").half(), recip=True)
@@ -261,11 +272,7 @@ def test_in_kernel_quantizer_gives_the_quantizer_kernels_bytes(dtype, sparse):
     from kernels.w8a8 import quantize_per_token
 
     n, k = 700, 4096
-    if sparse:
-        q = make_sparse24(n, k, torch.int8, "cuda", seed=5)
-        w, sw, frag = q["values"], q["w_scale"], i8_gemv.pack_meta_fragments(q["meta"], n, k)
-    else:
-        (w, sw), frag = make_w8a8(n, k, "cuda", seed=5), None
+    w, sw, frag = gpu_layer(n, k, sparse, seed=5)
     for m in (1, 2, 5, 16):
         x = torch.randn(m, k, device="cuda").to(dtype)
         x[0, 7] = 300.0  # one large outlier
