@@ -11,7 +11,8 @@ in summarize.py) and the top kernels of the last arm.
 
 Usage (repository root, GPU; AB_MODEL=tiny: a CPU dry run): python3 bench/results/h100/e2e/session9/ab_decode.py OUT "PF=0,SILU=compiled;PF=16,SILU=triton"
 PF = COMPRESS_W4A16_L2_PREFETCH_MB (calls 1-2), SILU = COMPRESS_DECODE_SILU, FUSE = COMPRESS_DECODE_W4_FUSE,
-ATTN = COMPRESS_DECODE_ATTN (call 12); QKV / O / GU / DOWN = a GEMV launch config
+ATTN = COMPRESS_DECODE_ATTN (call 12), FORCE = COMPRESS_PATH_FORCE (session 11; list values are written with "+",
+e.g. FUSE=gate_silu+attn_o); QKV / O / GU / DOWN = a GEMV launch config
 "variant/waves/cluster/balanced" for that layer (a picks file); any other NAME=value is set as given.
 """
 
@@ -33,7 +34,7 @@ from compress.runtime.generate import Generator
 
 T0 = time.time()
 ALIASES = {"PF": "COMPRESS_W4A16_L2_PREFETCH_MB", "SILU": "COMPRESS_DECODE_SILU", "FUSE": "COMPRESS_DECODE_W4_FUSE",
-           "ATTN": "COMPRESS_DECODE_ATTN"}  # ATTN: call 12's one-launch attention, since removed
+           "ATTN": "COMPRESS_DECODE_ATTN", "FORCE": "COMPRESS_PATH_FORCE"}  # ATTN: call 12's one-launch attention, since removed
 # W4A16 CUDA GEMV launch config per Llama-3-8B decode layer (M <= 8 bucket), "variant/waves/cluster/balanced", written
 # to a COMPRESS_W4A16_PICKS file for the arm (kernels/w4a16_cuda.py).
 SHAPES = {"QKV": "6144,4096", "O": "4096,4096", "GU": "28672,4096", "DOWN": "4096,14336"}
@@ -50,8 +51,8 @@ def parse(arm: str, picks_path: Path) -> dict[str, str]:
         if name in SHAPES:
             v, w, c, b = value.split("/")
             picks[SHAPES[name]] = {"8": [v, float(w), bool(int(c)), bool(int(b))]}
-        else:
-            got[ALIASES.get(name, name)] = value
+        else:  # a list value is written with "+" (the arm's items are comma-separated): FUSE=gate_silu+attn_o
+            got[ALIASES.get(name, name)] = value.replace("+", ",")
     if picks:
         picks_path.write_text(json.dumps(picks))
         got["COMPRESS_W4A16_PICKS"] = str(picks_path)
@@ -114,12 +115,11 @@ def main() -> None:
         mean = sum(tpots) / len(tpots)
         print(f"ARM {idx} {arm:28} TPOT {mean:.4f} ms ({', '.join(f'{t:.4f}' for t in tpots)}) = "
               f"{mean / bound_ms:.3f}x bound {bound_ms:.3f} ms; graphs {gen.graph_note}; tokens equal to {same}", flush=True)
-        if idx == 0:
-            from compress.runtime.paths import TABLE
+        from compress.runtime.paths import TABLE
 
-            for row in TABLE.report():
-                if row["layer"].startswith("compress.int4") and row["M"] == 1:
-                    print(f"PATH {row['N']}x{row['K']} M=1: {row['chosen']} {row['us']}", flush=True)
+        for row in TABLE.report():  # the GEMVs' paths after the first arm; session 11's folds (w4a16_*) after each
+            if (idx == 0 and row["layer"].startswith("compress.int4") or row["layer"].startswith("w4a16_")) and row["M"] == 1:
+                print(f"PATH {row['layer']} {row['N']}x{row['K']} M=1: {row['chosen']} {row['us']}", flush=True)
         if gen.g_decode is not None:
             trace(gen, ids, out / f"trace_{idx}.json.gz", 16 if idx == len(arms) - 1 else 0)
         for k, v in saved.items():

@@ -23,7 +23,7 @@ import time, torch
 from kernels import w4a16_cuda
 from concurrent.futures import ThreadPoolExecutor
 from kernels import cuda_build
-names = [(n, False) for n in ('w8b2s3', 'w16b2s2', 'w8b2s4', 'w16b2s3')] + [(n, True) for n in ('w8b2s3', 'w16b2s2', 'w16b2s3')]
+names = [(n, False) for n in ('w8b2s3', 'w16b2s2', 'w8b2s4', 'w16b2s3')] + [(n, True) for n in ('w8b2s3', 'w16b2s2', 'w16b2s3', 'w8b2s4')]
 code = cuda_build.arch(torch.device('cuda'))
 t = time.time()
 with ThreadPoolExecutor(len(names)) as pool:
