@@ -137,14 +137,7 @@ _RC = {-1: "M outside 1..64", -2: "group_size not 64/128", -3: "bad split-K plan
        -4: "shared memory over the device's per-block limit", -5: "fused input not aligned or K not a multiple of 8",
        -6: "a fused input transform with more than 16 tokens"}
 # Input transforms of `_launch` (the .cu's Args.xform): the decode step's glue folded into the GEMV's activation staging.
-# Session 11: "gate_silu" is an output transform (the [gate | up] GEMV writes silu(gate) * up; XFORM 3), and the attention
-# merge (XFORM 4) has its own entry point, `w4a16_gemv_attn_merge`.
-XFORM = {None: 0, "silu_mul": 1, "rms_norm": 2, "gate_silu": 3}
-
-# The gate/up GEMV with silu * up in its epilogue holds the whole K per CTA (no split): at <= 8 tokens the 8-warp build
-# (128 rows a CTA, 224 CTAs on the 8B's 28672 rows) as for the 8B gate / up alone (TUNED (14336, 4096)); the 16-warp
-# one (112 CTAs) measured 34.5 us against 33.1 us for the GEMV + silu * up (H100, session 11, call 2).
-GATE_SILU_VARIANTS = {8: "w8b2s4", 16: "w16b2s2"}
+XFORM = {None: 0, "silu_mul": 1, "rms_norm": 2}
 
 _warned: list[bool] = []
 _workspace = cuda_build.SplitKWorkspace()
@@ -250,8 +243,6 @@ def _bind(so: ctypes.CDLL) -> None:
     so.w4a16_gemv.argtypes = [p, i, p, p, p, p, p, p, i, i, i, i, i, i, i, i, p]
     so.w4a16_gemv_x.restype = i
     so.w4a16_gemv_x.argtypes = [p, i, p, p, p, p, p, p, i, i, i, i, i, i, i, i, p, i, p, p, p, ctypes.c_float]
-    so.w4a16_gemv_attn.restype = i
-    so.w4a16_gemv_attn.argtypes = [p, p, p, i, p, p, p, p, p, p, i, i, i, i, i, i, i, p, i, i, i, i]
     so.w4a16_gemv_rows_per_cta.restype = i
     so.w4a16_gemv_variant.restype = i
     so.w4a16_gemv_ctas_per_sm.restype = i
@@ -444,46 +435,17 @@ def _launch(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros:
             xform: str | None = None, y: torch.Tensor | None = None, norm_w: torch.Tensor | None = None,
             eps: float = 0.0, s_out: torch.Tensor | None = None) -> torch.Tensor:
     """The GEMV on x (M, K); xform "silu_mul": x is (M, 2K) = [gate | up]; "rms_norm": the activations are
-    rms_norm(x + y) * norm_w (y may be None), with x + y written into s_out (contiguous like x); "gate_silu": the
-    weight is [gate | up] (N = 2I rows) and the output (M, I) is silu(gate) * up. A transform runs on the -DW4_XFORM=1
-    build of the variant (`build(..., xform=True)`)."""
+    rms_norm(x + y) * norm_w (y may be None), with x + y written into s_out (contiguous like x). A transform runs on
+    the -DW4_XFORM=1 build of the variant (`build(..., xform=True)`)."""
     kx = x.shape[-1] // 2 if xform == "silu_mul" else x.shape[-1]
     n, k = _check(x[..., :kx], qweight, scales, zeros, group_size)
     lead = x.shape[:-1]
     x2 = x.reshape(-1, x.shape[-1]).contiguous()  # (M, K), or (M, 2K) for silu_mul
     m = x2.shape[0]
-    n_out = n // 2 if xform == "gate_silu" else n
-    out = torch.empty(m, n_out, device=x.device, dtype=x.dtype)
+    out = torch.empty(m, n, device=x.device, dtype=x.dtype)
     if m == 0:
-        return out.reshape(*lead, n_out)
-    lib, name, per, split, bal, flags = _configure(x.device, x.dtype, m, n, k, qweight, group_size, zeros, name, waves,
-                                                   min_blocks, pdl, cluster, balanced, xform)
-    rows = rows_per_cta(name)
-    need = 2 * split * m * rows if bal else (split * m * n if split > 1 else 0)
-    ws, cnt = _workspace.get(x.device, need, -(-n // rows))
-    ptr = lambda t: None if t is None else t.data_ptr()  # noqa: E731
-    rc = lib.w4a16_gemv_x(
-        x2.data_ptr(), int(x.dtype == torch.bfloat16), qweight.data_ptr(), scales.data_ptr(),
-        ptr(zeros), out.data_ptr(), ws.data_ptr(), cnt.data_ptr(), m, n, k,
-        x2.stride(0), group_size, per, split, flags, torch.cuda.current_stream(x.device).cuda_stream,
-        XFORM[xform], ptr(y), ptr(norm_w), ptr(s_out), float(eps))
-    _raise_rc(rc, m, n, k, group_size, per, split, bal, name)
-    return out.reshape(*lead, n_out)
-
-
-def _raise_rc(rc: int, m, n, k, group_size, per, split, bal, name) -> None:
-    if rc != 0:
-        raise CompressError(f"w4a16 CUDA GEMV: launch failed with code {rc} ({_RC.get(rc, 'CUDA error')}; M={m}, N={n}, "
-                            f"K={k}, group {group_size}, per={per}, split={split}, balanced={bal}, variant {name})")
-
-
-def _configure(device, dtype, m, n, k, qweight, group_size, zeros, name, waves, min_blocks, pdl, cluster, balanced,
-               xform):
-    """(library, variant, per, split, balanced, flags) of one call: the defaults for the shape unless given."""
+        return out.reshape(*lead, n)
     dname, dwaves, dcluster, dbal = default_config(m, n, k)
-    bucket = next((b for b in sorted(DEFAULTS) if m <= b), max(DEFAULTS))
-    if xform == "gate_silu" and picks_file().get((n, k), {}).get(bucket) is None:
-        dname = GATE_SILU_VARIANTS.get(bucket, dname)
     if xform is not None and name is None and dname in ROW_TILES:
         # The fused transforms were measured and GPU-tested on the one-row-tile builds (session 7): keep them there.
         dname, dwaves = DEFAULTS[next(b for b in sorted(DEFAULTS) if m <= b)]
@@ -493,20 +455,23 @@ def _configure(device, dtype, m, n, k, qweight, group_size, zeros, name, waves, 
     if cluster is None:
         env = cluster_mode()
         cluster = dcluster if env is None else env
-    lib = build(device, name, xform is not None)
-    if xform == "gate_silu":
-        # A CTA must hold the whole K of its gate and up rows (it forms silu(gate) * up itself): one K chunk.
-        if n % 32:
-            raise CompressError(f"w4a16_gemv_gate_up_silu: [gate | up] has {n} rows; it needs a multiple of 32")
-        per, split, bal, cluster = padded_k(k) // BLOCK_K, 1, False, False
-        if smem_bytes(per, m, name, group_size, zeros is not None) > SMEM_BYTES:
-            raise CompressError(f"w4a16_gemv_gate_up_silu: K={k} at M={m} does not fit one CTA's shared memory "
-                                f"(variant {name}); run the GEMV and silu * up separately")
-    else:
-        per, split, bal = plan_for(device, lib, name, n, k, m, group_size, zeros is not None, dtype == torch.bfloat16,
-                                   waves, min_blocks, cluster, balanced)
+    lib = build(x.device, name, xform is not None)
+    rows = rows_per_cta(name)
+    per, split, bal = plan_for(x.device, lib, name, n, k, m, group_size, zeros is not None, x.dtype == torch.bfloat16,
+                               waves, min_blocks, cluster, balanced)
     flags = {0: 0, 1: 1, 2: 3}[pdl] | (8 if bal else (4 if cluster else 0))
-    return lib, name, per, split, bal, flags
+    need = 2 * split * m * rows if bal else (split * m * n if split > 1 else 0)
+    ws, cnt = _workspace.get(x.device, need, -(-n // rows))
+    ptr = lambda t: None if t is None else t.data_ptr()  # noqa: E731
+    rc = lib.w4a16_gemv_x(
+        x2.data_ptr(), int(x.dtype == torch.bfloat16), qweight.data_ptr(), scales.data_ptr(),
+        ptr(zeros), out.data_ptr(), ws.data_ptr(), cnt.data_ptr(), m, n, k,
+        x2.stride(0), group_size, per, split, flags, torch.cuda.current_stream(x.device).cuda_stream,
+        XFORM[xform], ptr(y), ptr(norm_w), ptr(s_out), float(eps))
+    if rc != 0:
+        raise CompressError(f"w4a16 CUDA GEMV: launch failed with code {rc} ({_RC.get(rc, 'CUDA error')}; M={m}, N={n}, "
+                            f"K={k}, group {group_size}, per={per}, split={split}, balanced={bal}, variant {name})")
+    return out.reshape(*lead, n)
 
 
 @torch.library.custom_op("compress::w4a16_gemv", mutates_args=())
@@ -560,57 +525,6 @@ def w4a16_gemv_rms_norm(x: torch.Tensor, y: torch.Tensor | None, norm_w: torch.T
     out = _launch(x2, qweight, scales, zeros, group_size, xform="rms_norm", y=y2, norm_w=norm_w.contiguous(), eps=eps,
                   s_out=None if y2 is None else s)
     return s.reshape(x.shape), out.reshape(*x.shape[:-1], -1)
-
-
-def w4a16_gemv_gate_up_silu(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor,
-                            zeros: torch.Tensor | None = None, group_size: int = 128) -> torch.Tensor:
-    """silu(x @ W_gate^T) * (x @ W_up^T) for the fused [gate | up] weight (N = 2I rows, I % 16 == 0), <= 16 tokens:
-    the MLP's gate/up projection with silu * up in its epilogue (one launch less per layer; session 11). Each product
-    is rounded to x's dtype first, then silu * up in fp32, rounded once: the separate GEMV + glue, bit for bit up to
-    the exp. Returns (..., I). Reference: `gate_up_silu_ref`."""
-    return _launch(x, qweight, scales, zeros, group_size, xform="gate_silu")
-
-
-def w4a16_gemv_attn_merge(pm: torch.Tensor, pl: torch.Tensor, pacc: torch.Tensor, qweight: torch.Tensor,
-                          scales: torch.Tensor, zeros: torch.Tensor | None = None, group_size: int = 128,
-                          name: str | None = None, waves: float | None = None, pdl: int | None = None) -> torch.Tensor:
-    """o_proj(merge(partials)) for decode attention's split partials (compress.runtime.decode_kernels:
-    `DecodeAttention.partials`): pm, pl (B, Hkv, S, G) and pacc (B, Hkv, S, G, D) fp32, K = Hkv * G * D. The GEMV
-    forms the merged attention output (`merge_partials_ref`: fp32, rounded once to the scales' dtype) while it
-    stages its activations, so the merge launch goes (session 11). Returns (B, N) in the scales' dtype."""
-    if pm.dim() != 4 or pl.shape != pm.shape or pacc.dim() != 5 or pacc.shape[:4] != pm.shape:
-        raise CompressError(f"w4a16_gemv_attn_merge: partials pm {tuple(pm.shape)}, pl {tuple(pl.shape)}, pacc "
-                            f"{tuple(pacc.shape)} do not fit (B, Hkv, S, G) and (B, Hkv, S, G, D)")
-    if any(t.dtype != torch.float32 or not t.is_contiguous() for t in (pm, pl, pacc)):
-        raise CompressError("w4a16_gemv_attn_merge: the partials must be contiguous float32 (DecodeAttention.partials)")
-    b, hkv, sa, gq, hd = pacc.shape
-    k = hkv * gq * hd
-    dtype = scales.dtype
-    probe = torch.empty(b, k, device=pacc.device, dtype=dtype)  # shapes only: the checks read x's metadata
-    n, _ = _check(probe, qweight, scales, zeros, group_size)
-    if b > DECODE_MAX_M or hd % 4:
-        raise CompressError(f"w4a16_gemv_attn_merge: batch {b} (at most {DECODE_MAX_M}) or head_dim {hd} (a multiple "
-                            "of 4) not supported; merge first (decode_kernels.merge_partials)")
-    out = torch.empty(b, n, device=pacc.device, dtype=dtype)
-    lib, name, per, split, bal, flags = _configure(pacc.device, dtype, b, n, k, qweight, group_size, zeros, name, waves,
-                                                   None, pdl, None, None, "attn")
-    rows = rows_per_cta(name)
-    ws, cnt = _workspace.get(pacc.device, split * b * n if split > 1 else 0, -(-n // rows))
-    rc = lib.w4a16_gemv_attn(
-        pm.data_ptr(), pl.data_ptr(), pacc.data_ptr(), int(dtype == torch.bfloat16), qweight.data_ptr(),
-        scales.data_ptr(), None if zeros is None else zeros.data_ptr(), out.data_ptr(), ws.data_ptr(), cnt.data_ptr(),
-        b, n, k, group_size, per, split, flags, torch.cuda.current_stream(pacc.device).cuda_stream, hkv, gq, sa, hd)
-    _raise_rc(rc, b, n, k, group_size, per, split, bal, name)
-    return out
-
-
-def gate_up_silu_ref(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None,
-                     group_size: int) -> torch.Tensor:
-    """`w4a16_gemv_gate_up_silu`'s math in plain torch: the [gate | up] product rounded to x's dtype, then
-    `silu_mul_ref`."""
-    from kernels.w4a16 import w4a16_linear_ref
-
-    return silu_mul_ref(w4a16_linear_ref(x, qweight, scales, zeros, group_size).to(x.dtype))
 
 
 def silu_mul_ref(gu: torch.Tensor) -> torch.Tensor:

@@ -18,11 +18,6 @@ Decode attention is split in two launches ("flash decoding"):
   partials -> (B, 1, H*D).
 The new token is scored in the combine step, so no program reads a cache row another program of the
 same launch writes. `pos` is read on the device: the launches are CUDA-graph safe.
-A second way (`DecodeAttention(..., new_token="split")`): the new token (RoPE + RMSNorm of its k, the
-cache write, its score) moves to chunk 0's split program (`DecodeAttention.partials`: the partials are
-then the whole attention; cache reads still stop before `pos`, the new token comes from registers), and
-the second launch is a pure merge (`merge_partials`). Why: a merge of fp32 partials needs no RoPE, cache
-or q, so the o_proj GEMV can do it while staging its input and the attention's second launch disappears.
 
 On Hopper the kernels a decode step launches (attention, GEMVs, norms) start while the kernel before
 them finishes (programmatic dependent launch; COMPRESS_DECODE_PDL=0 turns it off; see "PDL" below).
@@ -123,37 +118,11 @@ def _rope_heads(ptr, row_off, offs_d, mask2d, cos_ptr, sin_ptr, nw_ptr, eps,
 
 
 @triton.jit
-def _new_token_into_chunk(q, m, l, acc, k_ptr, v_ptr, row_k, row_v, offs_d, cos_ptr, sin_ptr, kn_ptr, eps,
-                          kc_ptr, vc_ptr, slot, scale_log2, D: tl.constexpr, HAS_NORM: tl.constexpr):
-    """The new token's part of `_attn_combine_impl`, moved into one chunk's running (m, l, acc): RoPE (+ RMSNorm)
-    of its k (the same helper and rounding: the cache gets k in its dtype, the score uses that value in fp32),
-    the cache write of k and v at `slot`, and the token folded in as one more key for the G query rows of q."""
-    d_ok = offs_d < D
-    two = tl.arange(0, 2)  # row 0 is the head, row 1 is masked to zero (as in the combine step)
-    k = tl.sum(_rope_heads(k_ptr, row_k + two * 0, offs_d, (two < 1)[:, None], cos_ptr, sin_ptr, kn_ptr, eps, D,
-                           HAS_NORM).to(tl.float32), axis=0)  # (BLOCK_D,)
-    v = tl.load(v_ptr + row_v + offs_d, mask=d_ok, other=0.0)  # (BLOCK_D,)
-    tl.store(kc_ptr + slot + offs_d, k.to(kc_ptr.dtype.element_ty), mask=d_ok)
-    tl.store(vc_ptr + slot + offs_d, v, mask=d_ok)
-    s_new = tl.sum(q.to(tl.float32) * k[None, :], axis=1) * scale_log2  # (BLOCK_G,), log2 units
-    m_new = tl.maximum(m, s_new)
-    p = tl.exp2(s_new - m_new)
-    alpha = tl.exp2(m - m_new)  # 0 for an empty chunk (m = NEG)
-    l = l * alpha + p
-    acc = acc * alpha[:, None] + p[:, None] * v.to(tl.float32)[None, :]
-    return m_new, l, acc
-
-
-@triton.jit
-def _attn_split_impl(q_ptr, k_ptr, v_ptr, stride_qb, stride_kb, stride_vb, cos_ptr, sin_ptr, qn_ptr, kn_ptr, eps,
-                     kc_ptr, vc_ptr, pos_ptr, pm_ptr, pl_ptr, pacc_ptr, scale_log2,
+def _attn_split_impl(q_ptr, stride_qb, cos_ptr, sin_ptr, qn_ptr, eps, kc_ptr, vc_ptr, pos_ptr,
+                     pm_ptr, pl_ptr, pacc_ptr, scale_log2,
                      HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, L: tl.constexpr, S: tl.constexpr,
                      CHUNK: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_L: tl.constexpr, HAS_NORM: tl.constexpr,
-                     BLOCK_D: tl.constexpr, NEW_TOKEN: tl.constexpr, PDL: tl.constexpr):
-    """Chunk pid_s of kv head (b, h): the cached positions < pos only. NEW_TOKEN (`DecodeAttention.partials`):
-    chunk 0's program also writes the new token's k/v at pos and folds it into its partial, so the partials are
-    the whole attention and a pure merge finishes it. No program reads row pos (all mask >= pos): the new
-    token comes from registers. Without NEW_TOKEN, k_ptr / v_ptr / kn_ptr and their strides are unused."""
+                     BLOCK_D: tl.constexpr, PDL: tl.constexpr):
     pid_bh = tl.program_id(0)
     pid_s = tl.program_id(1)
     if PDL:
@@ -167,8 +136,7 @@ def _attn_split_impl(q_ptr, k_ptr, v_ptr, stride_qb, stride_kb, stride_vb, cos_p
     cache = (b * HKV + h).to(tl.int64) * L * D
     start = pid_s * CHUNK
     # The cached rows < pos and pos itself are written before a decode step starts (the previous step's
-    # combine or, NEW_TOKEN, its chunk-0 program; the position update between steps), never during one
-    # (NEW_TOKEN writes row pos, which no program reads): with PDL the chunk's first tile is
+    # combine, the position update between steps), never during one: with PDL the chunk's first tile is
     # requested before `gdc_wait`, while the q/k/v projection still runs (at 768 cached tokens the
     # chunk is one tile). q comes from that projection: after the wait.
     pos = tl.load(pos_ptr).to(tl.int32)
@@ -186,7 +154,7 @@ def _attn_split_impl(q_ptr, k_ptr, v_ptr, stride_qb, stride_kb, stride_vb, cos_p
     acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
     for l0 in range(0, CHUNK, BLOCK_L):
         offs_l = start + l0 + tl.arange(0, BLOCK_L)
-        l_mask = offs_l < pos  # cached tokens only; the new one is scored in _attn_combine or below
+        l_mask = offs_l < pos  # cached tokens only; the new one is scored in _attn_combine
         sc = tl.dot(q, tl.trans(k)) * scale_log2  # (BLOCK_G, BLOCK_L), log2 units
         sc = tl.where(l_mask[None, :], sc, float("-inf"))
         m_new = tl.maximum(m, tl.max(sc, axis=1))
@@ -201,11 +169,6 @@ def _attn_split_impl(q_ptr, k_ptr, v_ptr, stride_qb, stride_kb, stride_vb, cos_p
         kv_off = cache + nxt[:, None] * D + offs_d[None, :]
         k = tl.load(kc_ptr + kv_off, mask=kv_mask, other=0.0)
         v = tl.load(vc_ptr + kv_off, mask=kv_mask, other=0.0)
-    if NEW_TOKEN:
-        if pid_s == 0:  # chunk 0 exists for every pos (pos < L), so every (b, h) gets the new token once
-            m, l, acc = _new_token_into_chunk(q, m, l, acc, k_ptr, v_ptr, b * stride_kb + h * D, b * stride_vb + h * D,
-                                              offs_d, cos_ptr, sin_ptr, kn_ptr, eps, kc_ptr, vc_ptr, cache + pos * D,
-                                              scale_log2, D, HAS_NORM)
     part = (pid_bh * S + pid_s) * G + offs_g
     tl.store(pm_ptr + part, m, mask=g_mask)
     tl.store(pl_ptr + part, l, mask=g_mask)
@@ -218,9 +181,8 @@ def _attn_split(q_ptr, stride_qb, cos_ptr, sin_ptr, qn_ptr, eps, kc_ptr, vc_ptr,
                 HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, L: tl.constexpr, S: tl.constexpr,
                 CHUNK: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_L: tl.constexpr, HAS_NORM: tl.constexpr,
                 BLOCK_D: tl.constexpr):
-    _attn_split_impl(q_ptr, q_ptr, q_ptr, stride_qb, stride_qb, stride_qb, cos_ptr, sin_ptr, qn_ptr, qn_ptr, eps,
-                     kc_ptr, vc_ptr, pos_ptr, pm_ptr, pl_ptr, pacc_ptr, scale_log2, HKV, G, D, L, S, CHUNK, BLOCK_G,
-                     BLOCK_L, HAS_NORM, BLOCK_D, False, False)
+    _attn_split_impl(q_ptr, stride_qb, cos_ptr, sin_ptr, qn_ptr, eps, kc_ptr, vc_ptr, pos_ptr, pm_ptr, pl_ptr, pacc_ptr,
+                     scale_log2, HKV, G, D, L, S, CHUNK, BLOCK_G, BLOCK_L, HAS_NORM, BLOCK_D, False)
 
 
 @triton.jit
@@ -229,31 +191,8 @@ def _attn_split_pdl(q_ptr, stride_qb, cos_ptr, sin_ptr, qn_ptr, eps, kc_ptr, vc_
                     HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, L: tl.constexpr, S: tl.constexpr,
                     CHUNK: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_L: tl.constexpr, HAS_NORM: tl.constexpr,
                     BLOCK_D: tl.constexpr):
-    _attn_split_impl(q_ptr, q_ptr, q_ptr, stride_qb, stride_qb, stride_qb, cos_ptr, sin_ptr, qn_ptr, qn_ptr, eps,
-                     kc_ptr, vc_ptr, pos_ptr, pm_ptr, pl_ptr, pacc_ptr, scale_log2, HKV, G, D, L, S, CHUNK, BLOCK_G,
-                     BLOCK_L, HAS_NORM, BLOCK_D, False, True)
-
-
-@triton.jit
-def _attn_partials(q_ptr, k_ptr, v_ptr, stride_qb, stride_kb, stride_vb, cos_ptr, sin_ptr, qn_ptr, kn_ptr, eps,
-                   kc_ptr, vc_ptr, pos_ptr, pm_ptr, pl_ptr, pacc_ptr, scale_log2,
-                   HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, L: tl.constexpr, S: tl.constexpr,
-                   CHUNK: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_L: tl.constexpr, HAS_NORM: tl.constexpr,
-                   BLOCK_D: tl.constexpr):
-    _attn_split_impl(q_ptr, k_ptr, v_ptr, stride_qb, stride_kb, stride_vb, cos_ptr, sin_ptr, qn_ptr, kn_ptr, eps,
-                     kc_ptr, vc_ptr, pos_ptr, pm_ptr, pl_ptr, pacc_ptr, scale_log2, HKV, G, D, L, S, CHUNK, BLOCK_G,
-                     BLOCK_L, HAS_NORM, BLOCK_D, True, False)
-
-
-@triton.jit
-def _attn_partials_pdl(q_ptr, k_ptr, v_ptr, stride_qb, stride_kb, stride_vb, cos_ptr, sin_ptr, qn_ptr, kn_ptr, eps,
-                       kc_ptr, vc_ptr, pos_ptr, pm_ptr, pl_ptr, pacc_ptr, scale_log2,
-                       HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, L: tl.constexpr, S: tl.constexpr,
-                       CHUNK: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_L: tl.constexpr, HAS_NORM: tl.constexpr,
-                       BLOCK_D: tl.constexpr):
-    _attn_split_impl(q_ptr, k_ptr, v_ptr, stride_qb, stride_kb, stride_vb, cos_ptr, sin_ptr, qn_ptr, kn_ptr, eps,
-                     kc_ptr, vc_ptr, pos_ptr, pm_ptr, pl_ptr, pacc_ptr, scale_log2, HKV, G, D, L, S, CHUNK, BLOCK_G,
-                     BLOCK_L, HAS_NORM, BLOCK_D, True, True)
+    _attn_split_impl(q_ptr, stride_qb, cos_ptr, sin_ptr, qn_ptr, eps, kc_ptr, vc_ptr, pos_ptr, pm_ptr, pl_ptr, pacc_ptr,
+                     scale_log2, HKV, G, D, L, S, CHUNK, BLOCK_G, BLOCK_L, HAS_NORM, BLOCK_D, True)
 
 
 @triton.jit
@@ -332,100 +271,15 @@ def _attn_combine_pdl(q_ptr, k_ptr, v_ptr, stride_qb, stride_kb, stride_vb, cos_
                        HAS_NORM, BLOCK_D, BLOCK_S, True)
 
 
-@triton.jit
-def _merge_partials_impl(pm_ptr, pl_ptr, pacc_ptr, out_ptr, HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr,
-                         S: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr, PDL: tl.constexpr):
-    """One program per query head (grid B*H): `_attn_combine_impl`'s merge without the new token (the
-    partials already hold it), reading the S partials BLOCK_S at a time."""
-    pid = tl.program_id(0)
-    b = pid // (HKV * G)
-    hq = pid % (HKV * G)
-    h = hq // G
-    g = hq % G
-    if PDL:
-        gdc_launch_dependents()
-        gdc_wait()  # the partials are the previous launch's output
-    offs_d = tl.arange(0, BLOCK_D)
-    d_ok = offs_d < D
-    offs_s = tl.arange(0, BLOCK_S)
-    base = (b * HKV + h) * S * G + g  # partial (chunk s) of this head: base + s * G
-    mx = tl.full([], NEG, tl.float32)
-    for s0 in range(0, S, BLOCK_S):
-        ss = s0 + offs_s
-        mx = tl.maximum(mx, tl.max(tl.load(pm_ptr + base + ss * G, mask=ss < S, other=NEG), axis=0))
-    total = tl.zeros([], tl.float32)
-    acc = tl.zeros([BLOCK_D], tl.float32)
-    for s0 in range(0, S, BLOCK_S):
-        ss = s0 + offs_s
-        s_ok = ss < S
-        w = tl.exp2(tl.load(pm_ptr + base + ss * G, mask=s_ok, other=NEG) - mx)  # (BLOCK_S,)
-        total += tl.sum(w * tl.load(pl_ptr + base + ss * G, mask=s_ok, other=0.0), axis=0)
-        pacc = tl.load(pacc_ptr + (base + ss * G).to(tl.int64)[:, None] * D + offs_d[None, :],
-                       mask=s_ok[:, None] & d_ok[None, :], other=0.0)  # (BLOCK_S, BLOCK_D)
-        acc += tl.sum(w[:, None] * pacc, axis=0)
-    out = acc / total
-    tl.store(out_ptr + b * (HKV * G * D) + hq * D + offs_d, out.to(out_ptr.dtype.element_ty), mask=d_ok)
-
-
-@triton.jit
-def _merge_partials(pm_ptr, pl_ptr, pacc_ptr, out_ptr, HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr,
-                    S: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr):
-    _merge_partials_impl(pm_ptr, pl_ptr, pacc_ptr, out_ptr, HKV, G, D, S, BLOCK_D, BLOCK_S, False)
-
-
-@triton.jit
-def _merge_partials_pdl(pm_ptr, pl_ptr, pacc_ptr, out_ptr, HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr,
-                        S: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr):
-    _merge_partials_impl(pm_ptr, pl_ptr, pacc_ptr, out_ptr, HKV, G, D, S, BLOCK_D, BLOCK_S, True)
-
-
-def merge_partials(pm: torch.Tensor, pl: torch.Tensor, pacc: torch.Tensor, dtype: torch.dtype,
-                   out: torch.Tensor | None = None) -> torch.Tensor:
-    """Attention output (B, H*D) in `dtype` from chunk partials pm, pl (B, Hkv, S, G) and pacc (B, Hkv, S, G, D),
-    fp32 contiguous (`DecodeAttention.partials`): out[b, (h*G + g)*D + d] = sum_s w_s pacc[b,h,s,g,d] /
-    sum_s w_s pl[b,h,s,g] with w_s = exp2(pm[b,h,s,g] - max_s pm[b,h,s,g]), fp32, rounded once.
-    Every (b, h, g) needs a chunk with l > 0 (chunk 0 holds the new token)."""
-    b, hkv, n_s, g = pm.shape
-    d = pacc.shape[-1]
-    assert pl.shape == pm.shape and pacc.shape == (b, hkv, n_s, g, d), (pm.shape, pl.shape, pacc.shape)
-    assert pm.is_contiguous() and pl.is_contiguous() and pacc.is_contiguous()
-    if out is None:
-        out = torch.empty(b, hkv * g * d, dtype=dtype, device=pm.device)
-    assert out.shape == (b, hkv * g * d) and out.dtype == dtype and out.is_contiguous(), (out.shape, out.dtype)
-    kernel, opts = _pick(_merge_partials, _merge_partials_pdl, pm.device)
-    kernel[(b * hkv * g,)](pm, pl, pacc, out, HKV=hkv, G=g, D=d, S=n_s, BLOCK_D=max(16, triton.next_power_of_2(d)),
-                           BLOCK_S=min(32, triton.next_power_of_2(n_s)), num_warps=4, **opts)
-    return out
-
-
-def merge_partials_ref(pm: torch.Tensor, pl: torch.Tensor, pacc: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Plain-torch twin of `merge_partials` (fp32, one rounding), for tests."""
-    b, hkv, _, g = pm.shape
-    w = torch.exp2(pm - pm.amax(dim=2, keepdim=True))  # (B, Hkv, S, G)
-    acc = (w[..., None] * pacc).sum(dim=2)  # (B, Hkv, G, D)
-    total = (w * pl).sum(dim=2)  # (B, Hkv, G)
-    return (acc / total[..., None]).reshape(b, -1).to(dtype)
-
-
-
 class DecodeAttention:
     """Decode attention of one new token per sequence against a static cache (B, Hkv, L, D).
 
     Built once per cache shape (the chunking is fixed at construction, so each call launches the
     same two kernels with the same arguments layout: capturable). Holds the fp32 scratch for the
-    chunk partials, shared by all layers (they run one after the other).
-
-    new_token: where the new token is scored and written to the cache: "combine" (`_attn_split` +
-    `_attn_combine`) or "split" (`partials` + `merge_partials`: chunk 0's split program does it, so the
-    second launch is a pure merge that a consumer can fold into its own input staging)."""
-
-    NEW_TOKEN_MODES = ("combine", "split")
+    chunk partials, shared by all layers (they run one after the other)."""
 
     def __init__(self, batch: int, n_heads: int, n_kv: int, head_dim: int, max_len: int, device: torch.device,
-                 target_programs: int | None = None, block_l: int = 64, new_token: str = "combine"):
-        if new_token not in self.NEW_TOKEN_MODES:
-            raise ValueError(f"DecodeAttention new_token must be one of {self.NEW_TOKEN_MODES}, got {new_token!r}")
-        self.new_token = new_token
+                 target_programs: int | None = None, block_l: int = 64):
         self.BLOCK_L = block_l
         if n_heads % n_kv or head_dim % 2 or head_dim > 256:
             raise ValueError(f"decode attention needs H % Hkv == 0 and an even head_dim <= 256, got "
@@ -455,14 +309,18 @@ class DecodeAttention:
         """q (B, H*D) / k, v (B, Hkv*D) rows of the projection outputs (row stride free, heads
         contiguous); cos, sin (D,) for position `pos`; caches (B, Hkv, L, D) contiguous; pos: 0-dim
         int tensor = tokens already cached. Writes k/v at pos; returns (B, H*D) in q's dtype."""
-        self._check(q, k, v, k_cache, v_cache)
-        if out is None:
-            out = torch.empty(self.b, self.h * self.d, dtype=q.dtype, device=q.device)
-        if self.new_token == "split":
-            pm, pl, pacc = self.partials(q, k, v, cos, sin, k_cache, v_cache, pos, scale, q_norm, k_norm, eps)
-            return merge_partials(pm, pl, pacc, q.dtype, out)
         b, d = self.b, self.d
-        has_norm, qn, kn, s_log2, common = self._launch_args(q, cos, scale, q_norm, k_norm)
+        for t, n in ((q, self.h), (k, self.hkv), (v, self.hkv)):
+            assert t.shape == (b, n * d) and t.stride(1) == 1, (t.shape, t.stride())
+        assert k_cache.is_contiguous() and v_cache.is_contiguous() and k_cache.shape == (b, self.hkv, self.len, d)
+        if out is None:
+            out = torch.empty(b, self.h * d, dtype=q.dtype, device=q.device)
+        has_norm = q_norm is not None
+        qn = q_norm if has_norm else cos
+        kn = k_norm if has_norm else cos
+        s_log2 = float(scale) * LOG2E
+        common = dict(HKV=self.hkv, G=self.g, D=d, L=self.len, S=self.splits, CHUNK=self.chunk, BLOCK_G=self.block_g,
+                      HAS_NORM=has_norm, BLOCK_D=max(16, triton.next_power_of_2(d)))
         split, opts = _pick(_attn_split, _attn_split_pdl, q.device)
         split[(b * self.hkv, self.splits)](
             q, q.stride(0), cos, sin, qn, eps, k_cache, v_cache, pos, self.pm, self.pl, self.pacc, s_log2,
@@ -474,38 +332,6 @@ class DecodeAttention:
             HAS_NORM=has_norm, BLOCK_D=common["BLOCK_D"], BLOCK_S=self.block_s,
             num_warps=4, **opts)
         return out
-
-    def partials(self, q, k, v, cos, sin, k_cache, v_cache, pos, scale: float, q_norm=None, k_norm=None,
-                 eps: float = 1e-6):
-        """The split launch alone, the new token included (chunk 0's program scores it and writes k/v at
-        pos): (pm, pl) (B, Hkv, S, G) and pacc (B, Hkv, S, G, D), fp32, for `merge_partials` or a kernel
-        that merges them itself. Arguments as `__call__`. The tensors are views of this object's scratch:
-        shared by all layers and overwritten by the next call (of either method)."""
-        self._check(q, k, v, k_cache, v_cache)
-        b = self.b
-        _, qn, kn, s_log2, common = self._launch_args(q, cos, scale, q_norm, k_norm)
-        kernel, opts = _pick(_attn_partials, _attn_partials_pdl, q.device)
-        kernel[(b * self.hkv, self.splits)](
-            q, k, v, q.stride(0), k.stride(0), v.stride(0), cos, sin, qn, kn, eps, k_cache, v_cache, pos,
-            self.pm, self.pl, self.pacc, s_log2, BLOCK_L=self.BLOCK_L, num_warps=4, num_stages=2, **common, **opts)
-        shape = (b, self.hkv, self.splits, self.g)
-        return self.pm.view(shape), self.pl.view(shape), self.pacc.view(*shape, self.d)
-
-    def _check(self, q, k, v, k_cache, v_cache):
-        b, d = self.b, self.d
-        for t, n in ((q, self.h), (k, self.hkv), (v, self.hkv)):
-            assert t.shape == (b, n * d) and t.stride(1) == 1, (t.shape, t.stride())
-        assert k_cache.is_contiguous() and v_cache.is_contiguous() and k_cache.shape == (b, self.hkv, self.len, d)
-
-    def _launch_args(self, q, cos, scale, q_norm, k_norm):
-        """(has_norm, q norm weight, k norm weight, scale in log2 units, the split launch's constexprs); the
-        norm pointers fall back to cos when there is no norm (never read: HAS_NORM is off)."""
-        has_norm = q_norm is not None
-        qn = q_norm if has_norm else cos
-        kn = k_norm if has_norm else cos
-        common = dict(HKV=self.hkv, G=self.g, D=self.d, L=self.len, S=self.splits, CHUNK=self.chunk,
-                      BLOCK_G=self.block_g, HAS_NORM=has_norm, BLOCK_D=max(16, triton.next_power_of_2(self.d)))
-        return has_norm, qn, kn, float(scale) * LOG2E, common
 
 
 # ---- GEMV: y (1, N) = x (1, K) @ W (N, K)^T, fp16/bf16 --------------------------------------------

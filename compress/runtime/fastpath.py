@@ -137,21 +137,15 @@ def _w4_cuda_ok(mod, x2d: torch.Tensor) -> bool:
 # folds (e.g. down 471 -> 28 us), but in the CUDA-graph decode step, where the separate launches overlap their
 # neighbours (PDL), the extra staging work after each GEMV's dependency wait costs more: Llama-3-8B W4A16 TPOT
 # 2.551 / 2.551 ms without, 2.656 / 2.654 ms with both folds, same process (bench/results/h100/e2e/session7/).
-# Session 11 adds two folds that remove a launch without adding staging work to a GEMV's critical path as much:
-# "gate_silu": the gate/up GEMV writes silu(gate) * up from its epilogue (a CTA holds a gate row and its up row), and
-# "attn_o": decode attention's split launch also takes the new token, and the o_proj GEMV merges the split partials
-# while it stages its activations (the merge launch goes).
 W4_FUSE_DEFAULT = "0"
-W4_FOLDS = ("silu", "norm", "gate_silu", "attn_o")
 
 
 def w4_fusions() -> set[str]:
     raw = os.environ.get("COMPRESS_DECODE_W4_FUSE", W4_FUSE_DEFAULT)
     got = {f.strip() for f in raw.split(",") if f.strip() not in ("", "0")}
-    bad = got - set(W4_FOLDS)
+    bad = got - {"silu", "norm"}
     if bad:
-        raise CompressError(f"COMPRESS_DECODE_W4_FUSE={raw!r} names {sorted(bad)}; use a comma list of "
-                            f"{', '.join(W4_FOLDS)}, or 0")
+        raise CompressError(f"COMPRESS_DECODE_W4_FUSE={raw!r} names {sorted(bad)}; use a comma list of silu, norm, or 0")
     return got
 
 
@@ -249,8 +243,7 @@ class FastLM:
         if attn_kernel:
             from compress.runtime.decode_kernels import DecodeAttention
 
-            self.attn = DecodeAttention(batch, self.n_heads, self.n_kv, self.head_dim, max_len, self.device,
-                                        new_token="split" if "attn_o" in self.w4_fuse else "combine")
+            self.attn = DecodeAttention(batch, self.n_heads, self.n_kv, self.head_dim, max_len, self.device)
         if compile_glue:
             # Automatic dynamic shapes: a second shape compiles one shape-generic kernel instead of one
             # per (batch, length), so seven workloads cost a few compiles, not dozens.
@@ -314,10 +307,6 @@ class FastLM:
 
     def _mlp(self, blk: _Block, h: torch.Tensor, hq=None, pre: torch.Tensor | None = None) -> torch.Tensor:
         """pre: gate_up's output already computed (by the GEMV that also did the norm)."""
-        if pre is None and "gate_silu" in self.w4_fuse and blk.gate_up is not None and hq is None:
-            a = self._gate_up_silu(blk.gate_up, h)
-            if a is not None:
-                return linear(blk.down, a)
         if pre is not None:
             gu = pre
         elif blk.gate_up is not None:
@@ -329,54 +318,6 @@ class FastLM:
         if "silu" in self.w4_fuse and _w4_cuda_ok(blk.down, gu.reshape(-1, gu.shape[-1])[:, : blk.down.in_features]):
             return self._silu_down_w4(blk.down, gu)
         return silu_mul_linear(blk.down, gu, self._silu_mul_fn(gu))
-
-    def _gate_up_silu(self, mod: nn.Module, h: torch.Tensor) -> torch.Tensor | None:
-        """silu(gate) * up for a W4A16 [gate | up] layer at decode: the layer then the glue's silu * up, or the CUDA
-        GEMV that forms silu * up in its epilogue (one launch less per layer), whichever the path table measures
-        faster; None where the GEMV cannot take this call (the caller goes the usual way)."""
-        h2 = h.reshape(-1, h.shape[-1])
-        if self.attn is None or mod.out_features % 32 or not _w4_cuda_ok(mod, h2):
-            return None
-        from compress.runtime import kernel_bridge as kb
-
-        w4 = kb.kernel_module("w4a16_cuda")
-        lead = h.shape[:-1]
-
-        def separate():
-            gu = self._proj(mod, h)
-            return self._silu_mul_fn(gu)(gu)
-
-        def fused():
-            return w4.w4a16_gemv_gate_up_silu(h2, mod.qweight, mod.scales, mod.zeros, mod.group_size).reshape(*lead, -1)
-
-        key = ("w4a16_gate_up_silu", mod.out_features, mod.in_features, h2.shape[0], str(h.dtype))
-        return TABLE.run(key, [("gate_up+silu_mul", separate), ("cuda_gemv_gate_silu", fused)], h.device)
-
-    def _attn_o_merged(self, i: int, blk: _Block, q, k, v, c, s) -> torch.Tensor:
-        """o_proj(attention) at decode with the new token in the split launch ("attn_o"): the split partials, then
-        either the merge launch and o_proj, or (W4A16 o_proj) the CUDA GEMV that merges them while it stages its
-        activations, whichever the path table measures faster."""
-        from compress.runtime.decode_kernels import merge_partials
-
-        b = q.shape[0]
-        pm, pl, pacc = self.attn.partials(q, k, v, c, s, self.k_cache[i], self.v_cache[i], self.pos, self.scale,
-                                          blk.q_norm, blk.k_norm, self.eps)
-
-        def separate():
-            return linear(blk.o, merge_partials(pm, pl, pacc, q.dtype).reshape(b, 1, -1))
-
-        o = blk.o
-        if not _w4_cuda_ok(o, q) or o.in_features != q.shape[-1] or self.head_dim % 4:
-            return separate()
-        from compress.runtime import kernel_bridge as kb
-
-        w4 = kb.kernel_module("w4a16_cuda")
-
-        def fused():
-            return w4.w4a16_gemv_attn_merge(pm, pl, pacc, o.qweight, o.scales, o.zeros, o.group_size).reshape(b, 1, -1)
-
-        key = ("w4a16_attn_o", o.out_features, o.in_features, b, str(q.dtype))
-        return TABLE.run(key, [("merge+o_proj", separate), ("cuda_gemv_attn_merge", fused)], q.device)
 
     def _silu_mul_fn(self, gu: torch.Tensor):
         """silu * up for the MLP: the compiled glue, or at decode (<= 64 rows, the decode kernels on, PDL on) the
@@ -487,8 +428,7 @@ class FastLM:
 
     def _layers(self, x: torch.Tensor, cos, sin, attend, attend_raw=None) -> torch.Tensor:
         """Run all blocks; `attend(i, q, k, v)` stores k/v in the cache and returns (B, T, H*D);
-        `attend_raw(i, blk, h, hq, pre)`, when given, does the projections and the attention itself (decode kernels)
-        and returns o_proj's output.
+        `attend_raw(i, blk, h, hq)`, when given, does the projections' glue itself (decode kernels).
 
         One token on the GPU: where the consumer of a norm's output is a W8A8 layer, the norm kernel also
         quantizes its output (hq), so the projection can skip its own quantizer launch (`_proj`)."""
@@ -505,12 +445,12 @@ class FastLM:
         pre = None
         for i, blk in enumerate(self.blocks):
             if attend_raw is not None:
-                o_out = attend_raw(i, blk, h, hq, pre)  # o_proj's output (it may fold the attention's merge)
+                a = attend_raw(i, blk, h, hq, pre)
             else:
                 q, k, v = self._qkv(blk, h, hq)
                 q, k = self._rope(blk, q, k, cos, sin)
-                o_out = linear(blk.o, attend(i, q, k, v))
-            x, h, hq, pre = self._add_norm_proj(x, o_out, blk.post_norm, blk.gate_up if fold else None,
+                a = attend(i, q, k, v)
+            x, h, hq, pre = self._add_norm_proj(x, linear(blk.o, a), blk.post_norm, blk.gate_up if fold else None,
                                                 quant=pq and _prequant_ok(blk.gate_up))
             nxt_blk = self.blocks[i + 1] if i + 1 < len(self.blocks) else None
             nxt = nxt_blk.in_norm if nxt_blk is not None else self.final_norm
@@ -566,8 +506,6 @@ class FastLM:
 
             def attend_raw(i, blk, h, hq, pre=None):
                 q, k, v = (t.reshape(b, -1) for t in self._qkv_flat(blk, h, hq, pre))
-                if self.attn.new_token == "split":
-                    return self._attn_o_merged(i, blk, q, k, v, c, s)
 
                 def kernel():
                     return self.attn(q, k, v, c, s, self.k_cache[i], self.v_cache[i], self.pos, self.scale, blk.q_norm,
@@ -580,7 +518,7 @@ class FastLM:
                 # Both write the same k/v into the same slot, so timing them (paths.TABLE) changes nothing.
                 key = ("decode_attention", self.n_heads * self.head_dim, self.max_len, b,
                        f"{q.dtype}{'+qk_norm' if blk.q_norm is not None else ''}")
-                return linear(blk.o, TABLE.run(key, [("triton", kernel), ("torch", plain)], q.device))
+                return TABLE.run(key, [("triton", kernel), ("torch", plain)], q.device)
 
         h = self._layers(x, cos, sin, attend, attend_raw)
         self.pos.add_(1)

@@ -230,14 +230,6 @@ struct Args {
   const uint16_t* nw;  // xform 2: norm weight (K)
   uint16_t* s_out;     // xform 2 with y: x + y, (M, K) row stride ldx
   float eps;           // xform 2
-  // xform 4 (session 11): the activations are decode attention's merge of its split partials (compress/runtime/
-  // decode_kernels.DecodeAttention.partials): pm, pl (M, hkv, sa, gq) fp32 running max (log2 units) and sum, pacc
-  // (M, hkv, sa, gq, hd) fp32 weighted values; x[m, hq * hd + d] = sum_s w_s pacc[m, hq / gq, s, hq % gq, d] /
-  // sum_s w_s pl[...], w_s = exp2(pm_s - max_s pm_s), rounded once to T. Query head hq uses kv head hq / gq.
-  const float* pm;
-  const float* pl;
-  const float* pacc;
-  int hkv, gq, sa, hd;
 #endif
 };
 
@@ -264,16 +256,6 @@ template <typename T> __device__ __forceinline__ uint32_t norm_bits(uint32_t s, 
 // the next: at most two segments. CTA that holds unit u, and the first unit of CTA c:
 __device__ __forceinline__ int bal_owner(long long u, const Args& a) { return (int)(((u + 1) * a.S - 1) / a.units); }
 __device__ __forceinline__ long long bal_start(int c, const Args& a) { return (long long)c * a.units / a.S; }
-
-#ifdef W4_XFORM
-// xform 3 (session 11): a CTA's first ROWS / 2 rows are gate rows of a [gate | up] weight (N = 2I rows), the other
-// half the up rows of the same outputs, so the CTA forms silu(gate) * up itself. Physical row of CTA-local row i, or
-// -1 past I.
-__device__ __forceinline__ int paired_row(int i, const Args& a) {
-  const int half = ROWS / 2, j = blockIdx.x * half + (i % half), n_half = a.N / 2;
-  return j < n_half ? (i < half ? j : n_half + j) : -1;
-}
-#endif
 
 // Shared memory of a CTA, in this order (every part a multiple of 16 bytes):
 //   ring   WARPS x STAGES x SLOT bytes (weights)
@@ -344,12 +326,7 @@ __global__ void __launch_bounds__(THREADS, min_ctas(MT)) w4a16_gemv_kernel(const
     const int c = lane + 32 * i;
     const int r = c / (4 * SB), u = (c / 4) % SB, piece = c % 4;
     const int row = n_base + warp * WROWS + r;
-#ifdef W4_XFORM
-    const int prow = a.xform == 3 ? paired_row(warp * WROWS + r, a) : row;
-    const int rr = prow >= 0 && prow < a.N ? prow : 0;
-#else
     const int rr = row < a.N ? row : 0;
-#endif
     src[i] = a.q + (size_t)rr * (a.KW / 4) + (size_t)(blk0 + u) * 4 + piece;
     const int rowb = row + ROWS;
     if (BAL) srcb[i] = (rowb < a.N ? rowb : 0) * (a.KW / 4) + u * 4 + piece;
@@ -391,15 +368,9 @@ __global__ void __launch_bounds__(THREADS, min_ctas(MT)) w4a16_gemv_kernel(const
       zv[r] = 0u;
       if (e < 2 * sc_pairs) {
         const int gl = e / ROWS, lbk = gl / GPB, segb = BAL && lbk >= la;  // local block, in segment B
-#ifdef W4_XFORM
-        const int row = a.xform == 3 ? paired_row(e % ROWS, a) : n_base + segb * ROWS + e % ROWS;
-        const int gg = (segb ? lbk - la : blk0 + lbk) * GPB + gl % GPB;
-        if (gg < a.G && row >= 0 && row < a.N) {
-#else
         const int row = n_base + segb * ROWS + e % ROWS;
         const int gg = (segb ? lbk - la : blk0 + lbk) * GPB + gl % GPB;
         if (gg < a.G && row < a.N) {
-#endif
           const size_t off = (size_t)gg * a.N + row;
           if (n_even) {  // row even, N even: the pair is aligned and both rows exist
             sv[r] = __ldg(reinterpret_cast<const unsigned int*>(a.s + off));
@@ -487,75 +458,6 @@ __global__ void __launch_bounds__(THREADS, min_ctas(MT)) w4a16_gemv_kernel(const
   // ---- activations. One staging unit = (block lb, slice j, lane ln): x[k0 .. k0 + 3] and
   // x[k0 + 64 .. k0 + 67] of token ln / 4, k0 = 128 b + 16 j + 4 t, two 8-byte loads that fill slot j of the
   // lane's 4 pieces (q = 0..3). A thread issues the loads of BATCH units before storing any.
-#ifdef W4_XFORM
-  if (a.xform == 4) {
-    // xform 4: the merge of decode attention's split partials for the chunk's query heads (see Args), so the
-    // separate merge launch goes. Everything read here was just written by the split kernel (L2, __ldcg, after the
-    // dependency wait) and sits on the critical path, so nothing waits on a chain of loads: one thread per 4
-    // columns of a token issues the maxima, sums and float4 values of MERGE_SPLITS splits at once, then merges
-    // them in registers (online over batches when there are more splits), and stores the 4 merged values (fp32 /
-    // sum, rounded once to T) as halves of their staged pairs. Session 11, call 2: a version with the merge
-    // weights staged in shared memory first (three dependent phases) cost 2 us more per call than the merge launch.
-    constexpr int MERGE_SPLITS = 12;  // Llama-3-8B decode_bound's splits (768 positions): one batch, ~72 registers
-    uint16_t* xs16 = reinterpret_cast<uint16_t*>(xs);
-    const int quads = nb * 4 * lanes_m * 2, pq = lanes_m * 4;
-    const size_t step = (size_t)a.gq;  // split s of a (token, head): partial index + s * gq
-    for (int u = threadIdx.x; u < quads; u += THREADS) {
-      // Quad u = (lb, j, ln, half): columns kk .. kk + 3, kk = 128 (blk0 + lb) + 16 j + 4 (ln % 4) + 64 half, of
-      // token ln / 4; the low (half 0) or high (half 1) halves of staged words q = 0..3 of unit (lb, j, ln).
-      const int half = u & 1, ln = (u >> 1) % lanes_m, rest = (u >> 1) / lanes_m, m = ln >> 2;
-      const int kk = (blk0 + (rest >> 2)) * 128 + 16 * (rest & 3) + 4 * (ln & 3) + 64 * half;
-      uint16_t e[4] = {0, 0, 0, 0};
-      if (kk < a.K) {  // hd % 4 == 0: the 4 columns share a head
-        const int hq = kk / a.hd;
-        const size_t p0 = (size_t)(m * a.hkv + hq / a.gq) * a.sa * a.gq + hq % a.gq;
-        const float* vals = a.pacc + p0 * a.hd + kk % a.hd;
-        float mx = -3.0e38f, tot = 0.f;
-        float4 acc4 = make_float4(0.f, 0.f, 0.f, 0.f);
-        for (int s0 = 0; s0 < a.sa; s0 += MERGE_SPLITS) {
-          float pmv[MERGE_SPLITS], plv[MERGE_SPLITS];
-          float4 v[MERGE_SPLITS];
-#pragma unroll
-          for (int i = 0; i < MERGE_SPLITS; ++i) {
-            const bool ok = s0 + i < a.sa;
-            const size_t o = p0 + (size_t)(s0 + i) * step;
-            pmv[i] = ok ? __ldcg(a.pm + o) : -3.0e38f;
-            plv[i] = ok ? __ldcg(a.pl + o) : 0.f;
-            v[i] = ok ? __ldcg(reinterpret_cast<const float4*>(vals + (size_t)(s0 + i) * step * a.hd))
-                      : make_float4(0.f, 0.f, 0.f, 0.f);
-          }
-          float bm = mx;
-#pragma unroll
-          for (int i = 0; i < MERGE_SPLITS; ++i) bm = fmaxf(bm, pmv[i]);
-          const float r = exp2f(mx - bm);  // rescales the earlier batches (0 before the first)
-          tot *= r;
-          acc4.x *= r;
-          acc4.y *= r;
-          acc4.z *= r;
-          acc4.w *= r;
-#pragma unroll
-          for (int i = 0; i < MERGE_SPLITS; ++i) {
-            const float w = exp2f(pmv[i] - bm);
-            tot = fmaf(w, plv[i], tot);
-            acc4.x = fmaf(w, v[i].x, acc4.x);
-            acc4.y = fmaf(w, v[i].y, acc4.y);
-            acc4.z = fmaf(w, v[i].z, acc4.z);
-            acc4.w = fmaf(w, v[i].w, acc4.w);
-          }
-          mx = bm;
-        }
-        e[0] = to_bits<T>(acc4.x / tot);
-        e[1] = to_bits<T>(acc4.y / tot);
-        e[2] = to_bits<T>(acc4.z / tot);
-        e[3] = to_bits<T>(acc4.w / tot);
-      }
-      const int word0 = (((rest >> 2) * 4) * lanes_m + ln) * 4 + (rest & 3);
-#pragma unroll
-      for (int q = 0; q < 4; ++q) xs16[2 * (word0 + q * pq) + half] = e[q];  // (x[k0 + q], x[k0 + 64 + q])
-    }
-    if (threadIdx.x == 0) xs[nb * 4 * lanes_m] = make_uint4(0u, 0u, 0u, 0u);  // the zero slot (below)
-  } else
-#endif
   {
     uint32_t* xs32 = reinterpret_cast<uint32_t*>(xs);
     const bool xvec = ((reinterpret_cast<uintptr_t>(a.x) | (uintptr_t)a.ldx * 2) & 7) == 0;
@@ -854,47 +756,6 @@ __global__ void __launch_bounds__(THREADS, min_ctas(MT)) w4a16_gemv_kernel(const
     return;
   }
 
-#ifdef W4_XFORM
-  if (a.xform == 3) {
-    // xform 3 (launcher: S == 1, no cluster, no balanced schedule): the up half's warps park their sums in their own
-    // (now idle) rings; each gate warp then rounds its sum and its partner's to T, as the separate GEMV would store
-    // them, and writes silu(gate) * up (fp32, rounded once: the runtime's glue) to out (M, N / 2).
-    constexpr int HALF_W = WARPS / 2;
-    __syncwarp();  // every lane is done with the ring's last slot
-    if (warp >= HALF_W) {
-      float* red = reinterpret_cast<float*>(ring + warp * STAGES * SLOT);
-#pragma unroll
-      for (int rt = 0; rt < RT; ++rt) {
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-          for (int j = 0; j < 4; ++j) red[((rt * MT + mt) * 4 + j) * 32 + lane] = acc[rt][mt][j];
-        }
-      }
-    }
-    __syncthreads();
-    if (warp < HALF_W) {
-      const float* up = reinterpret_cast<const float*>(ring + (warp + HALF_W) * STAGES * SLOT);
-      const int n_half = a.N / 2;
-#pragma unroll
-      for (int rt = 0; rt < RT; ++rt) {
-        const int row_a = blockIdx.x * (ROWS / 2) + lr + 16 * rt, row_b = row_a + 8;
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            const int row = j < 2 ? row_a : row_b, tok = 8 * mt + 2 * t + (j & 1);
-            if (row < n_half && tok < a.M) {
-              const uint32_t gb = to_bits<T>(acc[rt][mt][j]), ub = to_bits<T>(up[((rt * MT + mt) * 4 + j) * 32 + lane]);
-              a.out[(size_t)tok * n_half + row] = (uint16_t)silu_mul_bits<T>(gb, ub);
-            }
-          }
-        }
-      }
-    }
-    return;
-  }
-#endif
   if (a.S == 1) {
     store_seg(n_base, 0, true);
     return;
@@ -1160,36 +1021,17 @@ int w4a16_gemv_ctas_per_sm(int per, int M, int group, int asym, int bf16, int ba
 // [gate | up] (M, 2K), row stride ldx >= 2K, and the activations are silu(gate) * up; 2 = the activations are
 // rms_norm(x + y) * nw with eps (y may be null: rms_norm(x) * nw), x + y written to s_out (same row stride ldx);
 // x, y, s_out 16-byte aligned, K and ldx multiples of 8 (else -5).
-// xform 3 (session 11): q, s, z are a [gate | up] weight (N = 2I rows, I % 16 == 0) and out is (M, I) =
-// silu(x W_gate^T) * (x W_up^T), each product rounded to x's dtype first; S == 1, no cluster, no balanced schedule.
 int w4a16_gemv_x(const void* x, int x_is_bf16, const void* q, const void* s, const void* z, void* out, float* ws,
                  int* counters, int M, int N, int K, int ldx, int group, int per, int S, int flags, void* stream_,
-                 int xform, const void* y, const void* nw, void* s_out, float eps);
-
-// w4a16_gemv_attn (session 11, xform 4): the activations are decode attention's merge of its split partials (Args:
-// pm, pl (M, hkv, sa, gq), pacc (M, hkv, sa, gq, hd) fp32, K = hkv * gq * hd); x is not read. hd % 4 == 0, pacc
-// 16-byte aligned, else -5.
-int w4a16_gemv_attn(const float* pm, const float* pl, const float* pacc, int x_is_bf16, const void* q, const void* s,
-                    const void* z, void* out, float* ws, int* counters, int M, int N, int K, int group, int per, int S,
-                    int flags, void* stream_, int hkv, int gq, int sa, int hd);
-
-static int gemv_entry(const void* x, int x_is_bf16, const void* q, const void* s, const void* z, void* out, float* ws,
-                      int* counters, int M, int N, int K, int ldx, int group, int per, int S, int flags, void* stream_,
-                      int xform, const void* y, const void* nw, void* s_out, float eps, const float* pm,
-                      const float* pl, const float* pacc, int hkv, int gq, int sa, int hd) {
+                 int xform, const void* y, const void* nw, void* s_out, float eps) {
   if (M < 1 || M > MAX_M) return -1;
   if (xform != 0 && M > XFORM_MAX_M) return -6;
   if ((flags & 8) && M > 16) return -3;  // the balanced schedule is built for up to 16 tokens
 #ifndef W4_XFORM
   if (xform != 0) return -5;  // this library was built without the fused inputs
 #endif
-  if (xform < 0 || xform > 4) return -5;
+  if (xform < 0 || xform > 2) return -5;
   if (xform == 1 && ldx < 2 * K) return -5;
-  if (xform == 3 && (S != 1 || (flags & 8) || N % 32 != 0)) return -5;
-  if (xform == 4 && (pm == nullptr || pl == nullptr || pacc == nullptr || hd < 4 || hd % 4 != 0 || gq < 1 || hkv < 1 ||
-                     sa < 1 || (long)hkv * gq * hd != K || (reinterpret_cast<uintptr_t>(pacc) & 15))) {
-    return -5;
-  }
   if (xform == 2) {
     const uintptr_t al = reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(y) |
                          reinterpret_cast<uintptr_t>(s_out);
@@ -1237,30 +1079,8 @@ static int gemv_entry(const void* x, int x_is_bf16, const void* q, const void* s
   a.nw = static_cast<const uint16_t*>(nw);
   a.s_out = static_cast<uint16_t*>(s_out);
   a.eps = eps;
-  a.pm = pm;
-  a.pl = pl;
-  a.pacc = pacc;
-  a.hkv = hkv;
-  a.gq = gq;
-  a.sa = sa;
-  a.hd = hd;
 #endif
   return x_is_bf16 ? by_tokens<__nv_bfloat16>(a, asym, g64, pdl, stream) : by_tokens<__half>(a, asym, g64, pdl, stream);
-}
-
-int w4a16_gemv_x(const void* x, int x_is_bf16, const void* q, const void* s, const void* z, void* out, float* ws,
-                 int* counters, int M, int N, int K, int ldx, int group, int per, int S, int flags, void* stream_,
-                 int xform, const void* y, const void* nw, void* s_out, float eps) {
-  if (xform == 4) return -5;  // w4a16_gemv_attn
-  return gemv_entry(x, x_is_bf16, q, s, z, out, ws, counters, M, N, K, ldx, group, per, S, flags, stream_, xform, y, nw,
-                    s_out, eps, nullptr, nullptr, nullptr, 0, 0, 0, 0);
-}
-
-int w4a16_gemv_attn(const float* pm, const float* pl, const float* pacc, int x_is_bf16, const void* q, const void* s,
-                    const void* z, void* out, float* ws, int* counters, int M, int N, int K, int group, int per, int S,
-                    int flags, void* stream_, int hkv, int gq, int sa, int hd) {
-  return gemv_entry(nullptr, x_is_bf16, q, s, z, out, ws, counters, M, N, K, K, group, per, S, flags, stream_, 4,
-                    nullptr, nullptr, nullptr, 0.f, pm, pl, pacc, hkv, gq, sa, hd);
 }
 
 int w4a16_gemv(const void* x, int x_is_bf16, const void* q, const void* s, const void* z, void* out, float* ws,
