@@ -1,4 +1,4 @@
-"""CUDA C++ int8 tensor-core GEMV for 1..16 tokens (kernels/csrc/i8_gemv.cu): W8A8 on dense int8 weights and W8A8
+"""CUDA C++ int8 tensor-core GEMV for 1..64 tokens (kernels/csrc/i8_gemv.cu; 1..16 before session 11): W8A8 on dense int8 weights and W8A8
 on 2:4 int8 weights (compress.sparse24 values) through the sparse tensor cores. Built with nvcc on first use
 (kernels/cuda_build.py), loaded through ctypes, launched on torch's current stream after the activation quantizer
 (kernels.w8a8.quantize_per_token), with programmatic dependent launch so its weight copies start while the
@@ -13,7 +13,8 @@ cores take the 2-bit positions as they are. Measured on the H100 (bench/results/
 int8 at M = 2 / 4 / 8 / 16 1.06x / 1.20x / 1.02x / 0.89x of dense W8A8 (median of 7 Llama-3 shapes), about session 5's
 kernel at M = 1. The dense mode lost to kernels/w8a8.py and the runtime's dp4a GEMV on every shape at 1, 4 and 16 tokens,
 so the runtime offers only the 2:4 mode (`compress.runtime.formats_compress.Sparse24Linear`, path "cuda_sp24"); the
-dense mode stays as its twin for the sweeps and the tests.
+dense mode stays as its twin for the sweeps and the tests. Session 11: 17..64 tokens run 4 or 8 token tiles; before,
+2:4 int8 layers there fell back to a dense temporary (0.08-0.33x of fp16 at 32 and 64 tokens on the Llama-3 shapes).
 
 Layouts:
 - dense: the checkpoint's int8 (N, K) rows as they are (compressed-tensors), K a multiple of 64.
@@ -38,7 +39,7 @@ from compress.errors import CompressError
 from kernels import cuda_build
 
 SRC = Path(__file__).resolve().parent / "csrc" / "i8_gemv.cu"
-MAX_M = 16
+MAX_M = 64  # eight mma n-tiles of 8 tokens (session 11; 16 before)
 DENSE_BLOCK_K = 64  # k per 64-byte block of a dense row
 SPARSE_BLOCK_K = 128  # logical k per 64-byte block of 2:4 values
 # Build variants: name -> (warps per CTA, blocks per ring slot, ring slots per warp). A CTA owns 16 rows per warp; a
@@ -56,7 +57,11 @@ DEFAULT_VARIANT = "w8b2s4"
 DEFAULT_WAVES = 1.0
 FEW_TOKEN_WAVES = 0.5  # up to 8 tokens (one token tile)
 MIN_BLOCKS = 2
-STAGED_BYTES = 32 * 1024  # staged activations per CTA at most
+STAGED_BYTES = 32 * 1024  # staged activations per CTA at most, up to 16 tokens
+# Beyond 16 tokens a 2:4 block stages 4 KB (32 tokens) or 8 KB (64): at 32 KB a CTA's K chunk would shrink to 4 blocks
+# and the split (one int32 add per output, token and chunk) grow with M; 96 KB keeps 12 blocks at 64 tokens (as the
+# W4A16 GEMV's STAGED_BYTES_WIDE).
+STAGED_BYTES_WIDE = 96 * 1024
 SMEM_BYTES = 200 * 1024
 PDL_DEFAULT = 2  # 0 plain launches, 1 programmatic dependent launch, 2 the same with the weights read before the wait
 # One token and at most this many weights (N x K): every CTA quantizes the activations itself (the .cu's flag bit 4:
@@ -89,7 +94,7 @@ def chain_mode() -> bool:
     return v == "1"
 
 
-_RC = {-1: "M outside 1..16", -3: "bad split-K plan", -4: "shared memory over the device's per-block limit",
+_RC = {-1: "M outside 1..64", -3: "bad split-K plan", -4: "shared memory over the device's per-block limit",
        -5: "K not a multiple of the block (64 dense, 128 for 2:4), ldx not a multiple of 16, or no metadata"}
 
 
@@ -213,7 +218,12 @@ def pdl_mode() -> int:
 
 def _xs_block_bytes(m: int, sparse: bool) -> int:
     """Staged activation bytes per block: 32 lanes x 16 bytes per fragment and token tile (the .cu)."""
-    return (2 if sparse else 1) * (2 if m > 8 else 1) * 512
+    return (2 if sparse else 1) * token_tiles(m) * 512
+
+
+def token_tiles(m: int) -> int:
+    """mma n-tiles of 8 tokens the kernel runs for M tokens (the .cu's token_tiles)."""
+    return 8 if m > 32 else 4 if m > 16 else 2 if m > 8 else 1
 
 
 def smem_bytes(per: int, m: int, name: str, sparse: bool) -> int:
@@ -233,7 +243,7 @@ def plan(n: int, k: int, m: int, sms: int, name: str, sparse: bool, waves: float
     want = max(1, int(sms * max(1, ctas_per_sm) * waves))
     split = max(1, min(kblocks, want // groups))
     per = max(-(-kblocks // split), min(MIN_BLOCKS, kblocks))
-    per = max(1, min(per, STAGED_BYTES // _xs_block_bytes(m, sparse)))
+    per = max(1, min(per, (STAGED_BYTES if m <= 16 else STAGED_BYTES_WIDE) // _xs_block_bytes(m, sparse)))
     while per > 1 and smem_bytes(per, m, name, sparse) > SMEM_BYTES:
         per -= 1
     return per, -(-kblocks // per)
@@ -384,7 +394,7 @@ def _(x, values, meta_frag, w_scale):
 
 
 def w8a8_gemv(x: torch.Tensor, weight: torch.Tensor, w_scale: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """W8A8 for at most 16 tokens: x (..., K) fp16/bf16, weight int8 (N, K), w_scale (N,) fp32 -> (..., N)."""
+    """W8A8 for at most 64 tokens: x (..., K) fp16/bf16, weight int8 (N, K), w_scale (N,) fp32 -> (..., N)."""
     _check("w8a8_gemv", x, weight, w_scale.reshape(-1), False, None)  # here too: the custom op would wrap the error
     y = torch.ops.compress.i8_gemv_w8a8(x, weight, w_scale.reshape(-1))
     return y + bias if bias is not None else y
@@ -392,7 +402,7 @@ def w8a8_gemv(x: torch.Tensor, weight: torch.Tensor, w_scale: torch.Tensor, bias
 
 def sparse24_w8a8_gemv(x: torch.Tensor, values: torch.Tensor, meta_frag: torch.Tensor, w_scale: torch.Tensor,
                        bias: torch.Tensor | None = None) -> torch.Tensor:
-    """W8A8 on 2:4 weights for at most 16 tokens: values int8 (N, K/2), meta_frag from `pack_meta_fragments`."""
+    """W8A8 on 2:4 weights for at most 64 tokens: values int8 (N, K/2), meta_frag from `pack_meta_fragments`."""
     _check("sparse24_w8a8_gemv", x, values, w_scale.reshape(-1), True, meta_frag)
     y = torch.ops.compress.i8_gemv_sparse24(x, values, meta_frag, w_scale.reshape(-1))
     return y + bias if bias is not None else y

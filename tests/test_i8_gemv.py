@@ -1,4 +1,4 @@
-"""The CUDA int8 tensor-core GEMV (kernels/i8_gemv.py, kernels/csrc/i8_gemv.cu): W8A8 and 2:4 int8 at 1..16 tokens.
+"""The CUDA int8 tensor-core GEMV (kernels/i8_gemv.py, kernels/csrc/i8_gemv.cu): W8A8 and 2:4 int8 at 1..64 tokens.
 
 CPU: the 2:4 metadata repack round trip, an emulation of what every lane of the kernel loads and what the sparse mma
 computes from it (the layouts the GPU probe measures) against the dense integer product, the split-K plan, the sm_90a
@@ -125,7 +125,8 @@ def test_emulation_notices_a_wrong_metadata_layout():
 
 @pytest.mark.parametrize("sparse", [False, True], ids=["dense", "2:4"])
 @pytest.mark.parametrize("n,k,m", [(4096, 4096, 1), (1024, 4096, 16), (14336, 4096, 8), (4096, 14336, 2),
-                                   (1024, 8192, 4), (8192, 28672, 16), (40, 256, 3)])
+                                   (1024, 8192, 4), (8192, 28672, 16), (40, 256, 3), (4096, 14336, 33),
+                                   (8192, 28672, 64), (1024, 4096, 64)])
 def test_plan_covers_k_and_fits_shared_memory(sparse, n, k, m):
     for name in i8_gemv.VARIANTS:
         per, split = i8_gemv.plan(n, k, m, 132, name, sparse, ctas_per_sm=2)
@@ -146,14 +147,14 @@ def test_source_compiles_for_the_h100(tmp_path, monkeypatch):
         i8_gemv._bind(lib)
         assert lib.i8_gemv_variant() == warps * 100 + blocks * 10 + slots
         assert lib.i8_gemv_rows_per_cta() == 16 * warps
-        for per, m, sparse in [(1, 1, 0), (13, 3, 1), (8, 16, 0), (64, 9, 1)]:
+        for per, m, sparse in [(1, 1, 0), (13, 3, 1), (8, 16, 0), (64, 9, 1), (12, 64, 1), (5, 17, 0), (7, 40, 1)]:
             assert lib.i8_gemv_smem_bytes(per, m, sparse) == i8_gemv.smem_bytes(per, m, name, bool(sparse))
 
 
 def test_launcher_errors_name_the_problem():
     w, s = torch.zeros(64, 256, dtype=torch.int8), torch.ones(64)
-    with pytest.raises(CompressError, match="M=17 tokens"):
-        i8_gemv._check("w8a8_gemv", torch.zeros(17, 256).half(), w, s, False, None)
+    with pytest.raises(CompressError, match="M=65 tokens"):
+        i8_gemv._check("w8a8_gemv", torch.zeros(65, 256).half(), w, s, False, None)
     with pytest.raises(CompressError, match="multiple of 64"):
         i8_gemv._check("w8a8_gemv", torch.zeros(1, 96).half(), torch.zeros(64, 96, dtype=torch.int8), s, False, None)
     with pytest.raises(CompressError, match="float32"):
@@ -222,7 +223,7 @@ def test_probe_measures_the_layouts_this_module_packs_for():
 @pytest.mark.parametrize("n,k", SHAPES, ids=[f"{n}x{k}" for n, k in SHAPES])
 def test_matches_reference_bit_for_bit(sparse, dtype, n, k):
     """Against the module references (tolerance) and, on the kernel's own quantized activations, the reference
-    epilogue bit for bit, for 1..16 tokens (one and two token tiles)."""
+    epilogue bit for bit, for 1..64 tokens (one, two, four and eight token tiles)."""
     from kernels.sparse24 import sparse24_w8a8_linear_ref
     from kernels.w8a8 import quantize_per_token, w8a8_linear_ref
 
@@ -238,7 +239,7 @@ def test_matches_reference_bit_for_bit(sparse, dtype, n, k):
         dense, sw = make_w8a8(n, k, "cuda", seed=n + k)
         run = lambda x: i8_gemv.w8a8_gemv(x, dense, sw)  # noqa: E731
         ref = lambda x: w8a8_linear_ref(x, dense, sw)  # noqa: E731
-    for m in (1, 2, 3, 8, 9, 16):
+    for m in (1, 2, 3, 8, 9, 16, 17, 32, 33, 64):
         x = torch.randn(m, k, device="cuda", generator=torch.Generator("cuda").manual_seed(m)).to(dtype)
         out = run(x)
         assert out.shape == (m, n) and out.dtype == dtype
@@ -256,10 +257,13 @@ def test_every_variant_split_and_launch_mode_gives_the_same_bytes(sparse, name):
     n, k = 1000, 2048
     w, sw, frag = gpu_layer(n, k, sparse, seed=9)
     kb = k // i8_gemv.block_k(sparse)
-    for m in (1, 7, 12):
+    for m in (1, 7, 12, 20, 64):
         xq, sx = quantize_per_token(torch.randn(m, k, device="cuda").half(), recip=True)
+        # The whole K in one CTA stages 8 KB of 2:4 activations per block at 64 tokens: only the splits that fit.
+        splits = [sp for sp in ((kb, 1), (1, kb), (3, -(-kb // 3))) if i8_gemv.smem_bytes(sp[0], m, name, sparse)
+                  <= i8_gemv.SMEM_BYTES] + [None]
         outs = [i8_gemv.launch_quantized(xq, sx, w, sw, torch.float16, frag, name=name, pdl=pdl, split=split)
-                for pdl in (0, 1, 2) for split in ((kb, 1), (1, kb), (3, -(-kb // 3)), None)]
+                for pdl in (0, 1, 2) for split in splits]
         assert all(torch.equal(o, outs[0]) for o in outs[1:]), f"M={m}: {[torch.equal(o, outs[0]) for o in outs]}"
 
 
@@ -294,7 +298,7 @@ def test_graph_replays_give_the_same_bytes():
     w, sw = make_w8a8(n, k, "cuda", seed=3)
     q = make_sparse24(n, k, torch.int8, "cuda", seed=4)
     frag = i8_gemv.pack_meta_fragments(q["meta"], n, k)
-    x = torch.randn(5, k, device="cuda").half()
+    x = torch.randn(40, k, device="cuda").half()  # five token tiles' worth: the 8-tile build
     want = (i8_gemv.w8a8_gemv(x, w, sw), i8_gemv.sparse24_w8a8_gemv(x, q["values"], frag, q["w_scale"]))
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
@@ -307,7 +311,7 @@ def test_graph_replays_give_the_same_bytes():
 
 @gpu
 def test_runtime_2_4_layer_offers_and_agrees_with_the_cuda_path():
-    """Up to 16 tokens the 2:4 int8 layer offers the sparse tensor-core GEMV (metadata repacked once, also after the
+    """Up to 64 tokens the 2:4 int8 layer offers the sparse tensor-core GEMV (metadata repacked once, also after the
     layer's meta changes, e.g. fused), and it computes the reference's math."""
     from compress.runtime.formats_compress import Sparse24Linear
     from compress.runtime.spec import LayerSpec
@@ -316,10 +320,10 @@ def test_runtime_2_4_layer_offers_and_agrees_with_the_cuda_path():
     q = make_sparse24(n, k, torch.int8, "cuda", seed=2)
     sp = Sparse24Linear(LayerSpec(name="s", format="compress.sparse24", in_features=k, out_features=n), torch.float16,
                         q["values"], q["meta"], q["w_scale"])
-    for m in (1, 4, 16, 17):
+    for m in (1, 4, 16, 17, 64, 65):
         x = torch.randn(m, k, device="cuda").half()
         paths = dict(sp.kernel_paths(x))
-        assert ("cuda_sp24" in paths) == (m <= 16), f"M={m}: {sorted(paths)}"
+        assert ("cuda_sp24" in paths) == (m <= 64), f"M={m}: {sorted(paths)}"
         if "cuda_sp24" in paths:
             assert rel_err(paths["cuda_sp24"](), sp.reference(x)) < TOL
     first = sp._meta_fragments()

@@ -227,8 +227,9 @@ class Sparse24Linear(QuantLinear):
         paths.append(("dequant+w8a8", lambda: kb.kernel_module("w8a8").w8a8_linear(x2d, self._dense(), self.w_scale)))
         if kb.int_mm_fits(*x2d.shape, self.out_features):
             paths.append(("dequant+int_mm", lambda: kb.int_mm_w8a8(x2d, self._dense(), self.w_scale)))
-        if x2d.shape[0] <= 16 and self.in_features % 128 == 0 and kb.unavailable(x2d.device, "i8_gemv", "supports") is None:
-            # 1..16 tokens: the sparse tensor cores (mma.sp) through the CUDA int8 GEMV (kernels/i8_gemv.py).
+        if x2d.shape[0] <= 64 and self.in_features % 128 == 0 and kb.unavailable(x2d.device, "i8_gemv", "supports") is None:
+            # 1..64 tokens (i8_gemv.MAX_M; 16 before session 11): the sparse tensor cores (mma.sp) through the CUDA
+            # int8 GEMV (kernels/i8_gemv.py).
             i8 = kb.kernel_module("i8_gemv")
             frag = self._meta_fragments() if i8.enabled() else None
             if frag is not None and i8.supports(x2d, self.values, self.w_scale, frag):

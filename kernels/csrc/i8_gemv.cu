@@ -1,4 +1,5 @@
-// Int8 tensor-core GEMV for M = 1..16 tokens: W8A8 (dense int8 weights, mma.sync m16n8k32 .s8) and 2:4 int8
+// Int8 tensor-core GEMV for M = 1..64 tokens (1..16 before session 11): W8A8 (dense int8 weights, mma.sync
+// m16n8k32 .s8) and 2:4 int8
 // (compress.sparse24 values, mma.sp::ordered_metadata m16n8k64 .s8: the sparse tensor core picks the activations
 // the 2-bit positions name, so no instruction gathers them).
 //
@@ -41,6 +42,10 @@
 // counter again (CUDA-graph safe). (Session 10, call 3: a balanced stream-K schedule, CTAs sharing the row groups x
 // blocks evenly in two segments each, measured slower on every layer at 1, 4 and 16 tokens; not kept.)
 //
+// More tokens (session 11): M = 17..64 run 4 or 8 token tiles (MT), each weight fragment feeding MT mmas. The staged
+// activations grow with MT (8 KB per 2:4 block at 64 tokens), so the launcher lets them take more shared memory
+// (kernels/i8_gemv.py STAGED_BYTES_WIDE) rather than cut K into many more chunks, whose int32 adds grow with M.
+//
 // Programmatic dependent launch (flag bit 0): the kernel may start while the quantizer before it runs; with bit 1
 // ("early") it fills its ring and loads its channel scales before `griddepcontrol.wait` (the weights must not be
 // written by the kernel launched right before it: true of a model's weights), and reads x, sx, the workspace and
@@ -69,12 +74,12 @@ constexpr int THREADS = WARPS * 32;
 constexpr int ROWS = 16 * WARPS;   // output rows per CTA
 constexpr int SB = I8_SB;          // blocks per ring slot
 constexpr int STAGES = I8_STAGES;  // ring slots per warp
-constexpr int MAX_M = 16;          // two mma n-tiles of 8 tokens
+constexpr int MAX_M = 64;          // eight mma n-tiles of 8 tokens (session 11; 16 before)
 constexpr int VAL_SLOT = 16 * SB * 64;  // value bytes of one warp's slot
 static_assert(SB >= 1 && STAGES >= 2 && (SB == 1 || SB % 2 == 0), "SB must be 1 or even (the bank swizzle)");
 
 template <bool SPARSE> __host__ __device__ constexpr int slot_bytes() { return VAL_SLOT + (SPARSE ? SB * 256 : 0); }
-__host__ __device__ constexpr int token_tiles(int M) { return M > 8 ? 2 : 1; }
+__host__ __device__ constexpr int token_tiles(int M) { return M > 32 ? 8 : (M > 16 ? 4 : (M > 8 ? 2 : 1)); }
 // Staged activations per block: 32 lanes x 16 bytes per fragment (2 for 2:4) and token tile, absent tokens as zeros.
 // (Session 10, call 3: staging only the lanes of present tokens, with one shared zero slot, saved shared memory but
 // its per-mma slot select made the main loop slower.)
@@ -201,9 +206,10 @@ __global__ void __launch_bounds__(THREADS, 2) i8_gemv_kernel(const Args a) {
   grid_dep_wait();  // x, sx, ws and counters below
 
   // ---- token scales: loaded, or (qin) each token's absmax over its whole row, as kernels.w8a8 computes it.
-  __shared__ float s_sx[MAX_M];
+  constexpr int TOKS = MT > 2 ? 8 * MT : 16;  // M <= TOKS; 16 up to two token tiles, as before session 11
+  __shared__ float s_sx[TOKS];
   if (a.qin) {
-    __shared__ float red[WARPS][MAX_M];
+    __shared__ float red[WARPS][TOKS];
     for (int m = 0; m < a.M; ++m) {
       const uint16_t* xr = a.xf + (size_t)m * a.ldxf;
       float mx = 0.f;
@@ -389,7 +395,12 @@ int launch(const Args& a, bool pdl, cudaStream_t stream) {
 
 template <typename T, bool SPARSE>
 int by_tokens(const Args& a, bool pdl, cudaStream_t stream) {
-  return token_tiles(a.M) == 1 ? launch<T, SPARSE, 1>(a, pdl, stream) : launch<T, SPARSE, 2>(a, pdl, stream);
+  switch (token_tiles(a.M)) {
+    case 1: return launch<T, SPARSE, 1>(a, pdl, stream);
+    case 2: return launch<T, SPARSE, 2>(a, pdl, stream);
+    case 4: return launch<T, SPARSE, 4>(a, pdl, stream);
+    default: return launch<T, SPARSE, 8>(a, pdl, stream);
+  }
 }
 
 template <bool SPARSE>
@@ -398,12 +409,22 @@ int occupancy(int per, int M) {
   size_t limit = 0;
   int n = 0;
   cudaError_t e;
-  if (token_tiles(M) == 1) {
-    if (allow_smem<__half, SPARSE, 1>(&limit) != 0 || smem > limit) return 0;
-    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, i8_gemv_kernel<__half, SPARSE, 1>, THREADS, smem);
-  } else {
-    if (allow_smem<__half, SPARSE, 2>(&limit) != 0 || smem > limit) return 0;
-    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, i8_gemv_kernel<__half, SPARSE, 2>, THREADS, smem);
+  switch (token_tiles(M)) {
+    case 1:
+      if (allow_smem<__half, SPARSE, 1>(&limit) != 0 || smem > limit) return 0;
+      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, i8_gemv_kernel<__half, SPARSE, 1>, THREADS, smem);
+      break;
+    case 2:
+      if (allow_smem<__half, SPARSE, 2>(&limit) != 0 || smem > limit) return 0;
+      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, i8_gemv_kernel<__half, SPARSE, 2>, THREADS, smem);
+      break;
+    case 4:
+      if (allow_smem<__half, SPARSE, 4>(&limit) != 0 || smem > limit) return 0;
+      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, i8_gemv_kernel<__half, SPARSE, 4>, THREADS, smem);
+      break;
+    default:
+      if (allow_smem<__half, SPARSE, 8>(&limit) != 0 || smem > limit) return 0;
+      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, i8_gemv_kernel<__half, SPARSE, 8>, THREADS, smem);
   }
   return e == cudaSuccess ? n : 0;
 }
@@ -475,7 +496,7 @@ long i8_gemv_smem_bytes(int per, int M, int sparse) {
 // CTAs resident per SM for a chunk of `per` blocks (0 when it does not fit), from the occupancy calculator.
 int i8_gemv_ctas_per_sm(int per, int M, int sparse) { return sparse ? occupancy<true>(per, M) : occupancy<false>(per, M); }
 
-// Returns 0, a cudaError_t, or -1 (M outside 1..16), -3 (bad split: S * per must cover the blocks, S > 1 needs ws
+// Returns 0, a cudaError_t, or -1 (M outside 1..64), -3 (bad split: S * per must cover the blocks, S > 1 needs ws
 // and counters), -4 (shared memory over the per-block limit), -5 (K not a multiple of the block: 64 dense, 128 2:4;
 // ldx not a multiple of 16, or with bit 4 ldx not a multiple of 8 elements and x not 16-byte aligned; 2:4 without
 // metadata).
