@@ -10,6 +10,7 @@ import triton
 import triton.language as tl
 
 from compress.errors import CompressError
+from kernels.cuda_build import one_device
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16)
 _TL_DTYPE = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}
@@ -58,11 +59,7 @@ def num_sms(device: torch.device) -> int:
 
 def check_device(what: str, *tensors: torch.Tensor | None) -> None:
     """Every tensor on one device; that device is CUDA unless the Triton interpreter is on."""
-    present = [t for t in tensors if t is not None]
-    devices = {t.device for t in present}
-    if len(devices) > 1:
-        raise CompressError(f"{what}: tensors are on different devices {sorted(map(str, devices))}; move them to one device")
-    dev = present[0].device
+    dev = one_device(what, *tensors)
     if dev.type != "cuda" and not interpreting():
         raise CompressError(
             f"{what}: Triton kernels need a CUDA device, got {dev}; use the *_ref function on CPU "

@@ -73,6 +73,22 @@ def compile_library(src: Path, name: str, flags: list[str], arch_code: str, what
     return lib
 
 
+def one_device(what: str, *tensors: torch.Tensor | None) -> torch.device:
+    """The device all the given tensors are on (None entries skipped); a CompressError naming the devices otherwise."""
+    devices = {t.device for t in tensors if t is not None}
+    if len(devices) > 1:
+        raise CompressError(f"{what}: tensors are on different devices {sorted(map(str, devices))}; move them to one device")
+    return next(iter(devices))
+
+
+def check_cuda_tensors(what: str, cpu_fix: str, *tensors: torch.Tensor | None) -> None:
+    """The CUDA C++ launchers' device check: one device, and a CUDA one (they have no CPU interpreter); `cpu_fix`
+    says what to use on a CPU."""
+    dev = one_device(what, *tensors)
+    if dev.type != "cuda":
+        raise CompressError(f"{what}: needs CUDA tensors, got {dev}; {cpu_fix}")
+
+
 class SplitKWorkspace:
     """Per-device scratch of the split-K kernels: (partials, int32 tile counters). The counters start at zero and
     the kernels leave them so; the partials are fp32 scratch, or (dtype=torch.int32, zeroed=True, kernels/i8_gemv.py)

@@ -291,11 +291,7 @@ def _check(what: str, x: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor, s
                             f"fit ({n}, {k}); build them with pack_meta_fragments(meta, {n}, {k})")
     if w.data_ptr() % 16 or (meta_frag is not None and meta_frag.data_ptr() % 16):
         raise CompressError(f"{what}: weights are not 16-byte aligned (a view at an offset?); pass a clone")
-    devices = {t.device for t in (x, w, w_scale, meta_frag) if t is not None}
-    if len(devices) > 1:
-        raise CompressError(f"{what}: tensors are on different devices {sorted(map(str, devices))}; move them to one device")
-    if x.device.type != "cuda":
-        raise CompressError(f"{what}: needs CUDA tensors, got {x.device}; use the *_ref functions on the CPU")
+    cuda_build.check_cuda_tensors(what, "use the *_ref functions on the CPU", x, w, w_scale, meta_frag)
     return n, k
 
 

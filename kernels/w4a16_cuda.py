@@ -335,11 +335,7 @@ def _check(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: 
             raise CompressError(f"{what}: {name} is not contiguous; pass {name}.contiguous() (once, at load)")
     if qweight.data_ptr() % 16:
         raise CompressError(f"{what}: qweight is not 16-byte aligned (a view at an offset?); pass qweight.clone()")
-    devices = {t.device for t in (x, qweight, scales, zeros) if t is not None}
-    if len(devices) > 1:
-        raise CompressError(f"{what}: tensors are on different devices {sorted(map(str, devices))}; move them to one device")
-    if x.device.type != "cuda":
-        raise CompressError(f"{what}: needs CUDA tensors, got {x.device}; use kernels.w4a16.w4a16_linear_ref on the CPU")
+    cuda_build.check_cuda_tensors(what, "use kernels.w4a16.w4a16_linear_ref on the CPU", x, qweight, scales, zeros)
     return n, k
 
 

@@ -227,11 +227,11 @@ class Sparse24Linear(QuantLinear):
         paths.append(("dequant+w8a8", lambda: kb.kernel_module("w8a8").w8a8_linear(x2d, self._dense(), self.w_scale)))
         if kb.int_mm_fits(*x2d.shape, self.out_features):
             paths.append(("dequant+int_mm", lambda: kb.int_mm_w8a8(x2d, self._dense(), self.w_scale)))
-        if x2d.shape[0] <= 64 and self.in_features % 128 == 0 and kb.unavailable(x2d.device, "i8_gemv", "supports") is None:
-            # 1..64 tokens (i8_gemv.MAX_M; 16 before session 11): the sparse tensor cores (mma.sp) through the CUDA
-            # int8 GEMV (kernels/i8_gemv.py).
+        if self.in_features % 128 == 0 and kb.unavailable(x2d.device, "i8_gemv", "supports") is None:
+            # 1..MAX_M tokens (64; 16 before session 11): the sparse tensor cores (mma.sp) through the CUDA int8 GEMV
+            # (kernels/i8_gemv.py). The token count is checked first: packing the metadata is for calls that can use it.
             i8 = kb.kernel_module("i8_gemv")
-            frag = self._meta_fragments() if i8.enabled() else None
+            frag = self._meta_fragments() if i8.enabled() and x2d.shape[0] <= i8.MAX_M else None
             if frag is not None and i8.supports(x2d, self.values, self.w_scale, frag):
                 paths.append(("cuda_sp24", lambda: i8.sparse24_w8a8_gemv(x2d, self.values, frag, self.w_scale)))
         return paths
