@@ -95,8 +95,22 @@ def plan_split_k(tiles: int, k_steps: int, device: torch.device, waves: float = 
     return triton.cdiv(k_steps, steps_per)
 
 
+def plan_split_fill(tiles: int, k_steps: int, device: torch.device, fill: float = 1.0) -> int:
+    """The largest K split whose grid stays within `fill` programs per multiprocessor (rounding down; at least 1).
+
+    Why rounding down: the W4A16 tensor-core tiles at 16..64 tokens hold one (fill 1) or two (fill 2) programs per
+    SM, and one program more than a wave leaves the whole second wave's time to a few SMs. Session 12's H100 sweep
+    (bench/results/h100/kernels_s12/) found the fastest split of every tile in that grid: 128 programs for
+    32 tiles, not the 264 that plan_split_k's rounding up asks for.
+    """
+    split = max(1, min(k_steps, int(num_sms(device) * fill) // max(1, tiles)))
+    steps_per = triton.cdiv(k_steps, split)
+    return triton.cdiv(k_steps, steps_per)
+
+
 @triton.jit
-def splitk_epilogue(vals, out_ptrs, mask, ws_ptr, lock_ptr, local, tile_id, pid_s, S, TILE: tl.constexpr):
+def splitk_epilogue(vals, out_ptrs, mask, ws_ptr, lock_ptr, local, tile_id, pid_s, S, TILE: tl.constexpr,
+                    ROUND: tl.constexpr = 1):
     """Write a program's fp32 result: directly when S == 1, else through split-K in one launch.
 
     Each of the S programs of an output tile stores its partial to the workspace and bumps the tile's
@@ -105,6 +119,13 @@ def splitk_epilogue(vals, out_ptrs, mask, ws_ptr, lock_ptr, local, tile_id, pid_
     graphs). Why not a second reduction kernel: at decode sizes its launch costs as much as the
     GEMV itself.
     `local` indexes the tile's elements 0..TILE-1 in the same shape as vals.
+    ROUND: partials loaded per round of the sum (1 or 4). Why 4: the last program's sum is on the critical
+    path of the whole launch, and one partial per round waits a full L2 round trip per split (at 64 tokens
+    a 32 KB partial per split); four loads in flight hide some of that. The sum's order is the same: a
+    split past S loads 0.0, and acc + 0.0 == acc bit for bit (acc starts at +0.0 and never becomes -0.0).
+    Measured (session 12, H100, same process): the W4A16 tensor-core tiles at 16..64 tokens 0-5% faster on the
+    small layers, the W8A8 GEMM at 4..16 tokens within +-1.5% (bench/results/h100/kernels_s12/README.md). Only
+    the W4A16 tiles ask for 4; the other kernels keep 1, the tail they were tuned and measured with.
     """
     if S == 1:
         tl.store(out_ptrs, vals.to(out_ptrs.dtype.element_ty), mask=mask)
@@ -114,9 +135,21 @@ def splitk_epilogue(vals, out_ptrs, mask, ws_ptr, lock_ptr, local, tile_id, pid_
         count = tl.atomic_add(lock_ptr + tile_id, 1, sem="acq_rel", scope="gpu")
         tl.debug_barrier()
         if count == S - 1:
+            part = ws_ptr + tile_id * S * TILE + local
             acc = tl.zeros_like(vals)
-            for s in range(0, S):
-                acc += tl.load(ws_ptr + (tile_id * S + s) * TILE + local, cache_modifier=".cg")
+            if ROUND == 4:
+                for s in range(0, S, 4):
+                    p0 = tl.load(part + s * TILE, cache_modifier=".cg")
+                    p1 = tl.load(part + (s + 1) * TILE, mask=s + 1 < S, other=0.0, cache_modifier=".cg")
+                    p2 = tl.load(part + (s + 2) * TILE, mask=s + 2 < S, other=0.0, cache_modifier=".cg")
+                    p3 = tl.load(part + (s + 3) * TILE, mask=s + 3 < S, other=0.0, cache_modifier=".cg")
+                    acc += p0
+                    acc += p1
+                    acc += p2
+                    acc += p3
+            else:
+                for s in range(0, S):
+                    acc += tl.load(part + s * TILE, cache_modifier=".cg")
             tl.store(out_ptrs, acc.to(out_ptrs.dtype.element_ty), mask=mask)
             tl.atomic_xchg(lock_ptr + tile_id, 0)
 

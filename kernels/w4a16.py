@@ -23,8 +23,8 @@ import triton.language as tl
 
 from compress.errors import CompressError
 from compress.packing.int4 import BLOCK_K, GROUP_SIZES, dequantize_int4, num_groups, padded_k, unpack_int4
-from kernels._common import (check_activation, check_device, interpreter_dot_f32, interpreting, plan_split_k, splitk_buffers,
-                             splitk_epilogue, tuned_config)
+from kernels._common import (check_activation, check_device, interpreter_dot_f32, interpreting, plan_split_fill, plan_split_k,
+                             splitk_buffers, splitk_epilogue, tuned_config)
 
 # Largest M of session 2's CUDA-core GEMV (kept for the sweeps; `_config` no longer picks it).
 GEMV_MAX_M = 1
@@ -327,6 +327,7 @@ def _w4a16_tc_kernel(
     BM: tl.constexpr,
     NB: tl.constexpr,  # 128-blocks per step (one product of K = 16 * NB per slice)
     PREFETCH: tl.constexpr = False,  # load the next step's activation slices and scales a step ahead
+    ROUND: tl.constexpr = 4,  # split-K partials summed per round (splitk_epilogue); 1 = the pre-session-12 tail
 ):
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
@@ -405,7 +406,7 @@ def _w4a16_tc_kernel(
     ptrs = out_ptr + offs_m[None, :] * stride_om + offs_n[:, None]
     local = tl.arange(0, BN)[:, None] * BM + tl.arange(0, BM)[None, :]
     splitk_epilogue(acc, ptrs, n_mask[:, None] & m_mask[None, :], ws_ptr, lock_ptr, local,
-                    pid_m * tl.num_programs(0) + pid_n, pid_s, S, BN * BM)
+                    pid_m * tl.num_programs(0) + pid_n, pid_s, S, BN * BM, ROUND)
 
 
 @triton.jit
@@ -635,23 +636,35 @@ def _check(x, qweight, scales, zeros, group_size):
     return n, k
 
 
-def _tc(bm: int, bn: int, nb: int, warps: int, stages: int, waves: float | None = None) -> dict:
+def _tc(bm: int, bn: int, nb: int, warps: int, stages: int, waves: float | None = None, fill: float | None = None) -> dict:
+    """A tensor-core tile config. waves: split K until ~waves programs per SM (plan_split_k, rounding up); fill:
+    the largest split within fill programs per SM (plan_split_fill, rounding down)."""
     cfg = {"kind": "tc", "BM": bm, "BN": bn, "NB": nb, "num_warps": warps, "num_stages": stages}
-    return cfg | ({"waves": waves} if waves else {})
+    return cfg | ({"waves": waves} if waves else {}) | ({"fill": fill} if fill else {})
 
 
-# Per layer shape (N, K) and M bucket (16: M = 2..16, 32: 17..32, 64: 33..64): the winners of session 8's sweep at
-# M = 16 / 32 / 64 (H100, call 2 of bench/results/h100/kernels_s8_w4a16/README.md: each beat the M table's config
-# below by > 2% in one process and was timed a second time). Shapes and buckets not listed take the M tables.
+# Per layer shape (N, K) and M bucket (16: M = 2..16, 32: 17..32, 64: 33..64). Session 12's H100 sweep of tiles x
+# every split count (bench/results/h100/kernels_s12/README.md, call 4): the fastest config of each row where it
+# beat the session-8 entry by > 2% (picks.json), with its split written as the fill rule that gives it on 132 SMs.
+# What it found: wide N tiles (256) on the large layers, 32-token tiles read twice at 64 tokens on k/v, and one wave
+# of programs (the session-8 entries split K to ~2 waves and paid a second, ragged one). Not re-picked: 8B down at
+# M = 16 (session 8's entry, by the M table).
 SHAPE_TUNED: dict[tuple[int, int], dict[int, dict]] = {
-    (4096, 4096): {32: _tc(32, 128, 2, 8, 3)},  # 8B q / o
-    (1024, 4096): {16: _tc(16, 64, 4, 4, 3), 32: _tc(32, 64, 4, 4, 3), 64: _tc(64, 128, 2, 8, 3)},  # 8B k / v
-    (14336, 4096): {16: _tc(16, 128, 2, 8, 3, 4.0), 32: _tc(32, 128, 2, 8, 3, 4.0), 64: _tc(64, 128, 2, 8, 3)},
-    (4096, 14336): {32: _tc(32, 128, 2, 8, 3), 64: _tc(64, 128, 2, 8, 3)},  # 8B down
-    (8192, 8192): {16: _tc(16, 128, 2, 8, 3, 4.0), 32: _tc(32, 128, 2, 8, 3, 4.0), 64: _tc(64, 128, 1, 8, 2, 4.0)},
-    (1024, 8192): {16: _tc(16, 128, 4, 8, 3), 32: _tc(32, 128, 2, 8, 3), 64: _tc(64, 64, 2, 4, 3)},  # 70B k / v
-    (28672, 8192): {32: _tc(32, 128, 2, 8, 3), 64: _tc(64, 128, 2, 8, 3)},  # 70B gate / up
-    (8192, 28672): {16: _tc(16, 128, 2, 8, 3, 4.0), 32: _tc(32, 128, 2, 8, 3, 4.0), 64: _tc(64, 128, 2, 8, 3)},
+    (4096, 4096): {16: _tc(16, 128, 2, 8, 3, fill=1.0), 32: _tc(32, 128, 2, 8, 3, fill=1.0),
+                   64: _tc(64, 128, 2, 8, 3, fill=1.0)},  # 8B q / o
+    (1024, 4096): {16: _tc(16, 64, 2, 4, 4, fill=1.0), 32: _tc(32, 64, 2, 4, 3, fill=1.0),
+                   64: _tc(32, 64, 2, 4, 4, fill=1.0)},  # 8B k / v
+    (14336, 4096): {16: _tc(16, 256, 2, 8, 3, fill=1.0), 32: _tc(32, 256, 2, 8, 3, fill=1.0),
+                    64: _tc(64, 256, 1, 8, 3, fill=1.0)},  # 8B gate / up
+    (4096, 14336): {32: _tc(32, 128, 2, 8, 3, fill=1.0), 64: _tc(64, 128, 2, 8, 3, fill=1.0)},  # 8B down
+    (8192, 8192): {16: _tc(16, 128, 2, 8, 3, fill=2.0), 32: _tc(32, 256, 2, 8, 3, fill=1.0),
+                   64: _tc(64, 256, 1, 8, 3, fill=1.0)},  # 70B q / o
+    (1024, 8192): {16: _tc(16, 64, 4, 4, 3, fill=1.0), 32: _tc(32, 64, 2, 4, 3, fill=1.0),
+                   64: _tc(32, 64, 2, 4, 3, fill=2.0)},  # 70B k / v
+    (28672, 8192): {16: _tc(16, 256, 2, 8, 3, fill=1.0), 32: _tc(32, 256, 2, 8, 3, fill=2.0),
+                    64: _tc(64, 256, 1, 8, 3, fill=1.0)},  # 70B gate / up
+    (8192, 28672): {16: _tc(16, 256, 2, 8, 3, fill=1.0), 32: _tc(32, 256, 2, 8, 3, fill=1.0),
+                    64: _tc(64, 256, 1, 8, 3, fill=1.0)},  # 70B down
 }
 
 
@@ -669,8 +682,10 @@ def _config(m: int, n: int, k: int | None = None) -> dict:
         return {"kind": "tc", "BM": 16, "BN": 64, "num_warps": 4, "num_stages": 2, "NB": 4}
     if m <= 16:
         return {"kind": "tc", "BM": 16, "BN": 128, "num_warps": 8, "num_stages": 3, "NB": 2}
+    if m <= 32:  # session 12 (call 4): with these tiles one wave (fill 1) was as fast or faster than ~2 waves wherever both ran
+        return _tc(32, 128, 2, 8, 3, fill=1.0)
     if m <= 64:
-        return {"kind": "tc", "BM": 64, "BN": 128, "num_warps": 8, "num_stages": 2, "NB": 1}
+        return _tc(64, 128, 2, 8, 3, fill=1.0)
     return {"kind": "dequant"}
 
 
@@ -702,7 +717,8 @@ def _launch(x, qweight, scales, zeros, group_size: int, config: dict | None = No
     elif cfg["kind"] == "tc":
         nb = cfg.get("NB", 1)
         steps = triton.cdiv(total_blocks, nb)
-        split = cfg.get("split") or plan_split_k(n_tiles * m_tiles, steps, x.device, cfg.get("waves", 2.0))
+        split = cfg.get("split") or (plan_split_fill(n_tiles * m_tiles, steps, x.device, cfg["fill"]) if "fill" in cfg
+                                     else plan_split_k(n_tiles * m_tiles, steps, x.device, cfg.get("waves", 2.0)))
         per_steps = triton.cdiv(steps, split)
         split = triton.cdiv(steps, per_steps)
         ws, locks = splitk_buffers(x.device, n_tiles * m_tiles, split, cfg["BN"] * cfg["BM"])
@@ -710,7 +726,7 @@ def _launch(x, qweight, scales, zeros, group_size: int, config: dict | None = No
             x2, qweight, scales, zeros_arg, out, ws, locks, m, n, k, qweight.shape[1], per_steps, total_blocks, split,
             x2.stride(0), n, GROUP=group_size, ASYM=zeros is not None, IS_BF16=x.dtype == torch.bfloat16,
             DOT_F32=interpreter_dot_f32(x.dtype), USE_ASM=not interpreting(), BN=cfg["BN"], BM=cfg["BM"], NB=nb, num_warps=cfg["num_warps"],
-            num_stages=cfg.get("num_stages", 1))
+            num_stages=cfg.get("num_stages", 1), ROUND=cfg.get("round", 4))
     elif cfg["kind"] == "tcx":
         ws, locks = splitk_buffers(x.device, n_tiles * m_tiles, split, cfg["BN"] * cfg["BM"])
         _w4a16_tcx_kernel[(n_tiles, m_tiles, split)](

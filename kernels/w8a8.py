@@ -137,6 +137,7 @@ def _w8a8_kernel(
                                    # side, so its weights come from DRAM once and from L2 for the other token tiles
     CHAIN: tl.constexpr = 0,  # let a kernel launched after this one with PDL start early (config "chain"): 1 at this
                               # program's start, 2 ("late") once its K loop is done (only the epilogue is left)
+    ROUND: tl.constexpr = 1,  # split-K partials summed per round (splitk_epilogue): session 12's A/B of 4 (config "round")
 ):
     if M_FAST:
         pid_m = tl.program_id(0)
@@ -185,7 +186,7 @@ def _w8a8_kernel(
     ptrs = out_ptr + offs_m[None, :] * stride_om + offs_n[:, None]
     local = tl.arange(0, BN)[:, None] * BM + tl.arange(0, BM)[None, :]
     splitk_epilogue(out, ptrs, n_mask[:, None] & m_mask[None, :], ws_ptr, lock_ptr, local,
-                    pid_m * tl.cdiv(N, BN) + pid_n, pid_s, S, BN * BM)
+                    pid_m * tl.cdiv(N, BN) + pid_n, pid_s, S, BN * BM, ROUND)
 
 
 @triton.jit
@@ -368,7 +369,9 @@ def quantize_per_token(x: torch.Tensor, early: bool = False, chain: bool = False
 
 def quantize_per_token_ref(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     xf = x.reshape(-1, x.shape[-1]).float()
-    s = xf.abs().amax(dim=-1).clamp(min=ACT_EPS) / 127.0
+    # 127 as a tensor on x's device: on CUDA, torch divides by a Python scalar as a multiply by its reciprocal,
+    # which is not the IEEE quotient the kernels (div_rn) and the CPU compute, and differs by an ulp on some rows.
+    s = xf.abs().amax(dim=-1).clamp(min=ACT_EPS) / torch.full((), 127.0, device=xf.device)
     q = torch.round(xf / s[:, None]).clamp(-127, 127).to(torch.int8)
     return q, s
 
@@ -562,7 +565,7 @@ def _gemm(xin, sx, weight, sw, out, cfg: dict, fused: bool = False, pdl: int = 0
         out.stride(0), QUANT_IN_KERNEL=fused, EPS=ACT_EPS, BN=cfg["BN"], BM=cfg["BM"], BK=cfg["BK"],
         PRO_BK=max(cfg["BK"], min(triton.next_power_of_2(k), 16384 // cfg["BM"])),
         PDL_PREFETCH=_pow2_floor(min(pdl, per_steps * cfg["BK"])) if pdl else 0, M_FAST=m_fast, CHAIN=chain,
-        num_warps=cfg["num_warps"], num_stages=stages, **({"launch_pdl": True} if pdl else {}),
+        ROUND=cfg.get("round", 1), num_warps=cfg["num_warps"], num_stages=stages, **({"launch_pdl": True} if pdl else {}),
     )
     return out
 

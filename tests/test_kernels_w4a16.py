@@ -99,3 +99,18 @@ def test_w4a16_every_path_real_shape_gpu(cfg, dtype, group_size, symmetric):
         x = torch.randn(m, k, device=DEVICE).to(dtype)
         out = _launch(x, p["qweight"], p["scales"], p["zeros"], group_size, cfg)
         assert rel_err(out, w4a16_linear_ref(x, p["qweight"], p["scales"], p["zeros"], group_size)) < TOL[dtype]
+
+
+@pytest.mark.parametrize("split", [2, 3, 5, 7])
+def test_splitk_tail_rounds_sum_in_the_same_order(split):
+    """The split-K tail loads four partials per round (kernels._common.splitk_epilogue): the same bits as one
+    partial per round, for split counts that are not a multiple of 4, and the reference's values.
+    K = 7 blocks of 128 so that 7 splits each get one block."""
+    m, n, k = 3, 32, 7 * 128
+    p = make_int4(n, k, 128, True, torch.float16, DEVICE, seed=split)
+    x = torch.randn(m, k, device=DEVICE).half()
+    cfg = {"kind": "tc", "BM": 16, "BN": 32, "num_warps": 2, "NB": 1, "split": split}
+    four = _launch(x, p["qweight"], p["scales"], None, 128, cfg)
+    one = _launch(x, p["qweight"], p["scales"], None, 128, cfg | {"round": 1})
+    assert torch.equal(four, one)
+    assert rel_err(four, w4a16_linear_ref(x, p["qweight"], p["scales"])) < TOL[torch.float16]

@@ -135,7 +135,9 @@ def targets(results: dict[str, list[dict]]) -> list[str]:
     return out
 
 
-def write_plot(suite: str, rows: list[dict], path: Path) -> None:
+def write_plot(suite: str, rows: list[dict], path: Path, device: str | None = None) -> None:
+    """<suite>.png from the suite's rows; device: the GPU's name for the title (default: this machine's GPU), so a
+    kernels.json can be plotted again where it was not measured."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -160,7 +162,7 @@ def write_plot(suite: str, rows: list[dict], path: Path) -> None:
         ax.set_xlabel("M (tokens)")
         ax.set_ylabel("speedup over torch fp16 F.linear")
         ax.legend(fontsize=7)
-    ax.set_title(f"compress {suite} kernels, {torch.cuda.get_device_name(0)}")
+    ax.set_title(f"compress {suite} kernels, {device or torch.cuda.get_device_name(0)}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
