@@ -644,7 +644,7 @@ def _tc(bm: int, bn: int, nb: int, warps: int, stages: int, waves: float | None 
 
 
 # Per layer shape (N, K) and M bucket (16: M = 2..16, 32: 17..32, 64: 33..64). Session 12's H100 sweep of tiles x
-# every split count (bench/results/h100/kernels_s12/README.md, call 4): the fastest config of each row where it
+# every split count (bench/results/h100/kernels_s12/README.md, calls 4 and 8): the fastest config of each row where it
 # beat the session-8 entry by > 2% (picks.json), with its split written as the fill rule that gives it on 132 SMs.
 # What it found: wide N tiles (256) on the large layers, 32-token tiles read twice at 64 tokens on k/v, and one wave
 # of programs (the session-8 entries split K to ~2 waves and paid a second, ragged one). Not re-picked: 8B down at
@@ -665,6 +665,16 @@ SHAPE_TUNED: dict[tuple[int, int], dict[int, dict]] = {
                     64: _tc(64, 256, 1, 8, 3, fill=1.0)},  # 70B gate / up
     (8192, 28672): {16: _tc(16, 256, 2, 8, 3, fill=1.0), 32: _tc(32, 256, 2, 8, 3, fill=1.0),
                     64: _tc(64, 256, 1, 8, 3, fill=1.0)},  # 70B down
+    # The layers the runtime fuses (compress.runtime.fuse: q/k/v and gate/up concatenated) and Qwen3-8B's down, from
+    # the same sweep over these shapes (call 8); buckets not listed take the M table.
+    (6144, 4096): {16: _tc(16, 128, 4, 8, 3, fill=1.0)},  # Llama-3-8B / Qwen3-8B q/k/v
+    (28672, 4096): {16: _tc(16, 256, 2, 8, 3, fill=1.0), 64: _tc(64, 256, 1, 8, 3, fill=1.0)},  # 8B gate/up
+    (24576, 4096): {16: _tc(16, 64, 2, 4, 4, fill=1.0), 64: _tc(64, 256, 1, 8, 3, fill=1.0)},  # Qwen3-8B gate/up
+    (4096, 12288): {64: _tc(64, 256, 1, 8, 3, fill=1.0)},  # Qwen3-8B down
+    (10240, 8192): {16: _tc(16, 128, 2, 8, 3, fill=2.0), 32: _tc(32, 256, 2, 8, 3, fill=1.0),
+                    64: _tc(64, 256, 1, 8, 3, fill=1.0)},  # 70B q/k/v
+    (57344, 8192): {16: _tc(16, 256, 2, 8, 3, fill=1.0), 32: _tc(32, 256, 1, 8, 3, fill=1.0),
+                    64: _tc(64, 256, 1, 8, 3, fill=1.0)},  # 70B gate/up
 }
 
 

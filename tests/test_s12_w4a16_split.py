@@ -10,7 +10,8 @@ import torch
 from kernels import w4a16
 from kernels._common import num_sms, plan_split_fill, plan_split_k
 
-PICKS = Path(__file__).resolve().parents[1] / "bench/results/h100/kernels_s12/call4/picks.json"
+RESULTS = Path(__file__).resolve().parents[1] / "bench/results/h100/kernels_s12"
+PICKS = [RESULTS / "call4/picks.json", RESULTS / "call8/picks.json"]  # the Llama-3 layers; the runtime's fused ones
 CPU = torch.device("cpu")
 
 
@@ -25,9 +26,10 @@ def test_fill_rounds_the_grid_down_to_whole_waves():
 
 
 def test_shape_table_gives_the_sweeps_splits_on_132_sms():
-    """Every pick of session 12's H100 sweep (call 4) is in SHAPE_TUNED with the same tile and, through its fill,
-    the same split on 132 SMs: the table is the measurement, written portably."""
-    picks = json.loads(PICKS.read_text())
+    """Every pick of session 12's H100 sweeps (calls 4 and 8) is in SHAPE_TUNED with the same tile and, through its
+    fill, the same split on 132 SMs: the table is the measurement, written portably."""
+    picks = {nk: by for path in PICKS for nk, by in json.loads(path.read_text()).items()}
+    assert len(picks) == 14
     for nk, by in picks.items():
         n, k = map(int, nk.split(","))
         for bucket, pick in by.items():
