@@ -54,6 +54,11 @@ ORDER = [("8B k/v_proj", 1024, 4096), ("70B k/v_proj", 1024, 8192), ("8B q/o_pro
          ("70B q/o_proj", 8192, 8192), ("8B down_proj", 4096, 14336), ("8B gate/up_proj", 14336, 4096),
          ("70B down_proj", 8192, 28672), ("70B gate/up_proj", 28672, 8192)]
 
+# SWEEP_SHAPES="NxK,..." replaces ORDER: call 8 swept the fused layers the runtime builds (q/k/v and gate/up
+# concatenated, compress.runtime.fuse) for Llama-3-8B / 70B and Qwen3-8B, and Qwen3-8B's down projection.
+if os.environ.get("SWEEP_SHAPES"):
+    ORDER = [(f"{nk}", int(nk.split("x")[0]), int(nk.split("x")[1])) for nk in os.environ["SWEEP_SHAPES"].split(",")]
+
 
 def _warm_one(job):
     """Compile one Triton tile (S == 1, S > 1 and one step per split: Triton specialises integers equal to 1) or
