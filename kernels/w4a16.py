@@ -643,7 +643,7 @@ def _tc(bm: int, bn: int, nb: int, warps: int, stages: int, waves: float | None 
     return cfg | ({"waves": waves} if waves else {}) | ({"fill": fill} if fill else {})
 
 
-# Per layer shape (N, K) and M bucket (16: M = 2..16, 32: 17..32, 64: 33..64). Session 12's H100 sweep of tiles x
+# Per layer shape (N, K) and M bucket (16: M = 2..16, 32: 17..32, 64: 33..64, 256: 65..256). Session 12's H100 sweep of tiles x
 # every split count (bench/results/h100/kernels_s12/README.md, calls 4 and 8): the fastest config of each row where it
 # beat the session-8 entry by > 2% (picks.json), with its split written as the fill rule that gives it on 132 SMs.
 # What it found: wide N tiles (256) on the large layers, 32-token tiles read twice at 64 tokens on k/v, and one wave
@@ -676,6 +676,12 @@ SHAPE_TUNED: dict[tuple[int, int], dict[int, dict]] = {
     (57344, 8192): {16: _tc(16, 256, 2, 8, 3, fill=1.0), 32: _tc(32, 256, 1, 8, 3, fill=1.0),
                     64: _tc(64, 256, 1, 8, 3, fill=1.0)},  # 70B gate/up
 }
+# Bucket 256 (M = 65..256), where the M table dequantizes and calls cuBLAS: the tensor-core tiles beat that on these
+# layers at M = 256 (call 12: 8B q/o 37.1 -> 31.8 us, 8B gate/up 118.5 -> 76.2, 70B down 456 -> 267; fp16 18.7 / 53.1
+# / 197); on k/v they did not, and the other shapes were not timed.
+for _nk, _cfg in {(4096, 4096): _tc(64, 256, 1, 8, 3, fill=1.0), (14336, 4096): _tc(128, 256, 1, 8, 3, fill=1.0),
+                  (8192, 28672): _tc(128, 256, 1, 8, 3, fill=1.0)}.items():
+    SHAPE_TUNED[_nk][256] = _cfg
 
 
 def _config(m: int, n: int, k: int | None = None) -> dict:
@@ -684,8 +690,8 @@ def _config(m: int, n: int, k: int | None = None) -> dict:
     tuned = tuned_config("w4a16", m)
     if tuned:
         return tuned
-    if k is not None and 1 < m <= 64:
-        got = SHAPE_TUNED.get((n, k), {}).get(16 if m <= 16 else (32 if m <= 32 else 64))
+    if k is not None and 1 < m <= 256:
+        got = SHAPE_TUNED.get((n, k), {}).get(16 if m <= 16 else (32 if m <= 32 else (64 if m <= 64 else 256)))
         if got:
             return dict(got)
     if m == 1:

@@ -11,7 +11,8 @@ from kernels import w4a16
 from kernels._common import num_sms, plan_split_fill, plan_split_k
 
 RESULTS = Path(__file__).resolve().parents[1] / "bench/results/h100/kernels_s12"
-PICKS = [RESULTS / "call4/picks.json", RESULTS / "call8/picks.json"]  # the Llama-3 layers; the runtime's fused ones
+# the Llama-3 layers at 16..64 tokens; the runtime's fused ones; three of the Llama-3 layers at 256 tokens
+PICKS = [RESULTS / "call4/picks.json", RESULTS / "call8/picks.json", RESULTS / "call12/picks.json"]
 CPU = torch.device("cpu")
 
 
@@ -28,8 +29,11 @@ def test_fill_rounds_the_grid_down_to_whole_waves():
 def test_shape_table_gives_the_sweeps_splits_on_132_sms():
     """Every pick of session 12's H100 sweeps (calls 4 and 8) is in SHAPE_TUNED with the same tile and, through its
     fill, the same split on 132 SMs: the table is the measurement, written portably."""
-    picks = {nk: by for path in PICKS for nk, by in json.loads(path.read_text()).items()}
-    assert len(picks) == 14
+    picks: dict[str, dict] = {}
+    for path in PICKS:
+        for nk, by in json.loads(path.read_text()).items():
+            picks.setdefault(nk, {}).update(by)
+    assert len(picks) == 14 and sum(len(by) for by in picks.values()) == 38
     for nk, by in picks.items():
         n, k = map(int, nk.split(","))
         for bucket, pick in by.items():
@@ -56,7 +60,7 @@ def test_shape_table_on_the_real_shapes_gpu(n, k):
 
     p = make_int4(n, k, 128, True, torch.float16, "cuda", seed=n + k)
     for bucket in w4a16.SHAPE_TUNED[(n, k)]:
-        for m in ({16: 2, 32: 17, 64: 33}[bucket], bucket):
+        for m in ({16: 2, 32: 17, 64: 33, 256: 65}[bucket], bucket):
             x = torch.randn(m, k, device="cuda").half()
             out = w4a16.w4a16_linear(x, p["qweight"], p["scales"])
             ref = w4a16.w4a16_linear_ref(x, p["qweight"], p["scales"])

@@ -134,7 +134,7 @@ TRITON_TUNED = sorted({tuple(sorted(c.items())) for by in w4a16.SHAPE_TUNED.valu
 @pytest.mark.parametrize("gs,sym", [(128, True), (64, False)], ids=["g128sym", "g64asym"])
 def test_every_tuned_triton_config_matches_reference(cfg, gs, sym):
     """Each Triton tile config of SHAPE_TUNED (CPU: the interpreter) at an M of its bucket, partial tiles included."""
-    m = {16: 9, 32: 20, 64: 40}[cfg["BM"]]
+    m = {16: 9, 32: 20, 64: 40, 128: 100}[cfg["BM"]]
     p = layer(160, 640, gs, sym, torch.float16, device=DEVICE, seed=cfg["BM"])
     x = torch.randn(m, 640, device=DEVICE).half()
     out = w4a16._launch(x, p["qweight"], p["scales"], p["zeros"], gs, cfg)
@@ -144,7 +144,7 @@ def test_every_tuned_triton_config_matches_reference(cfg, gs, sym):
 def test_shape_tables_pick_by_bucket_and_fall_back():
     for (n, k), by in w4a16.SHAPE_TUNED.items():
         for bucket, cfg in by.items():
-            lo = {16: 2, 32: 17, 64: 33}[bucket]
+            lo = {16: 2, 32: 17, 64: 33, 256: 65}[bucket]
             assert w4a16._config(lo, n, k) == cfg and w4a16._config(bucket, n, k) == cfg
             assert 16 <= cfg["BM"] <= bucket and bucket % cfg["BM"] == 0  # one M tile, or two at 64 tokens (k / v)
     assert w4a16._config(40, 100, 4096) == w4a16._config(40, 100)  # a shape no table lists: the M table

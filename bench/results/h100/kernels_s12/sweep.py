@@ -48,7 +48,11 @@ TILES = {16: [_tc(16, 128, 2, 8, 3), _tc(16, 64, 4, 4, 3), _tc(16, 128, 4, 8, 3)
               _tc(16, 64, 4, 4, 3), _tc(64, 32, 2, 2, 3), _tc(64, 32, 4, 4, 3), _tc(64, 64, 1, 4, 4),
               _tc(64, 64, 2, 8, 3), _tc(32, 128, 2, 8, 3), _tc(64, 256, 1, 8, 3), _tc(16, 128, 2, 8, 3),
               _tc(32, 64, 4, 4, 3), _tc(32, 64, 2, 4, 4), _tc(32, 32, 2, 2, 3), _tc(32, 256, 1, 8, 3)]}
-MAX_GRID = 300  # split counts tried: every one (even chunks) whose grid stays within ~2.3 waves of 132 SMs
+# Call 12: M = 256 (where the launcher dequantizes and calls cuBLAS) with tensor-core tiles of 64 / 128 tokens.
+TILES[256] = [_tc(64, 128, 2, 8, 3), _tc(64, 256, 1, 8, 3), _tc(128, 128, 1, 8, 3), _tc(128, 256, 1, 8, 3),
+              _tc(64, 128, 1, 8, 4), _tc(128, 64, 2, 4, 3)]
+# split counts tried: every one (even chunks) whose grid stays within ~2.3 waves of 132 SMs (call 12: SWEEP_MAX_GRID)
+MAX_GRID = int(os.environ.get("SWEEP_MAX_GRID", "300"))
 # (label, N, K) in priority order: the rows slower than fp16 (k/v, 8B q/o), then the M = 16 median's middle rows.
 ORDER = [("8B k/v_proj", 1024, 4096), ("70B k/v_proj", 1024, 8192), ("8B q/o_proj", 4096, 4096),
          ("70B q/o_proj", 8192, 8192), ("8B down_proj", 4096, 14336), ("8B gate/up_proj", 14336, 4096),
@@ -90,7 +94,7 @@ def warm(t0):
     from kernels.w4a16 import _config
     jobs = {("cuda", w4a16_cuda.default_config(m, n, k)[0]) for m in MS for _, n, k in ORDER}
     cur = {json.dumps({kk: v for kk, v in _config(m, n, k).items() if kk != "waves"}, sort_keys=True)
-           for m in MS for _, n, k in ORDER}
+           for m in MS for _, n, k in ORDER if _config(m, n, k)["kind"] == "tc"}  # not the dequant path (M > 64)
     cfgs = cur | {json.dumps(c, sort_keys=True) for m in MS for c in TILES[m]}
     jobs = sorted(jobs) + [("tc", (json.loads(c), 4)) for c in sorted(cfgs)] + [("tc", (json.loads(c), 1)) for c in sorted(cur)]
     import multiprocessing as mp
@@ -179,7 +183,7 @@ def main():
                         r["best_round"][str(rnd)].append(1000 * kt.call_ms(tri(best["cfg"] | {"round": rnd}), p))
                 if best["us"] < 0.98 * r["tri_r4"]["us"]:
                     r["pick"] = {"cfg": best["cfg"], "us_again": 1000 * kt.call_ms(tri(best["cfg"]), p)}
-                    picks.setdefault(f"{n},{k}", {})[str(16 if m <= 16 else (32 if m <= 32 else 64))] = best["cfg"]
+                    picks.setdefault(f"{n},{k}", {})[str(16 if m <= 16 else (32 if m <= 32 else (64 if m <= 64 else m)))] = best["cfg"]
             cuda_us = r["cuda"]["us"] if good(r["cuda"]) else float("inf")
             before = min(r["tri_r1"]["us"] if good(r["tri_r1"]) else float("inf"), cuda_us)
             tri_after = min(r["tri_r4"]["us"] if good(r["tri_r4"]) else float("inf"),
