@@ -47,6 +47,15 @@ TEST_CASES_VPTQ = [(1, 64, 48, 4096, 256, 0), (2, 40, 33, 8192, 512, 0), (1, 128
                    (5, 64, 24, 4096, 256, 0), (1, 64, 40, 4096, 256, 3), (6, 64, 40, 4096, 256, 3)]
 
 
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    """||a - b|| / ||b|| in fp32; inf where a holds a NaN or inf (a kernel that left its output unwritten, when the
+    caller poisoned it first)."""
+    a, b = a.float(), b.float()
+    if not torch.isfinite(a).all():
+        return float("inf")
+    return float(((a - b).norm() / b.norm()).item())
+
+
 def generator(device: torch.device | str, seed: int) -> torch.Generator:
     return torch.Generator(device=device).manual_seed(seed)
 

@@ -22,19 +22,12 @@ import torch.nn.functional as F
 
 from compress.bench.kernel_timing import device_description, time_ms
 from kernels import vptq, vptq_cuda
-from kernels.cases import make_vptq
+from kernels.cases import make_vptq, rel_err
 
 # (in_features K, out_features N)
 SHAPES = [(1024, 1024), (1024, 4096), (4096, 4096), (8192, 4096), (16384, 4096), (4096, 14336), (1024, 53248),
           (16384, 53248)]
 COMBOS = [(4096, 256), (8192, 512)]
-
-
-def rel_err(a, b) -> float:
-    a, b = a.float(), b.float()
-    if not torch.isfinite(a).all():
-        return float("inf")
-    return float(((a - b).norm() / b.norm()).item())
 
 
 def cuda_call(x, n, d, **kw):

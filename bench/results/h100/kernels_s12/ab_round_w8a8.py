@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from compress.bench import kernel_timing as kt
-from kernels.cases import LLAMA_SHAPES
+from kernels.cases import LLAMA_SHAPES, rel_err
 from kernels.w8a8 import _config, _launch, w8a8_linear_ref
 
 OUT = sys.argv[1]
@@ -44,7 +44,7 @@ def main():
             for rnd in (1, 4):
                 call = lambda w_, rnd=rnd: _launch(x, w_[0], w_[1], _config(m) | {"round": rnd})  # noqa: E731
                 out = call((wq, ws))
-                r[f"err{rnd}"] = ((out.float() - want.float()).norm() / want.float().norm()).item()
+                r[f"err{rnd}"] = rel_err(out, want)
                 r[f"same{rnd}"] = bool(torch.equal(out, call((wq, ws))))
             r["bits_equal_1_4"] = bool(torch.equal(_launch(x, wq, ws, _config(m) | {"round": 1}),
                                                    _launch(x, wq, ws, _config(m) | {"round": 4})))

@@ -110,18 +110,13 @@ def main():
         warm(t0)
     from compress.bench import kernel_timing as kt
     from kernels import w4a16_cuda
-    from kernels.cases import make_int4
+    from kernels.cases import make_int4, rel_err
     from kernels.w4a16 import _config, _launch, w4a16_linear_ref
 
     dev = torch.device("cuda")
 
     def log(msg):
         print(f"[{time.time() - t0:6.1f} s] {msg}", flush=True)
-
-    def rel_err(a, b):
-        if not torch.isfinite(a).all():
-            return float("inf")
-        return ((a.float() - b.float()).norm() / b.float().norm()).item()
 
     def timed(call, p, want):
         poison = torch.full_like(want, float("nan"))
