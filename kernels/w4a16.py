@@ -643,19 +643,22 @@ def _tc(bm: int, bn: int, nb: int, warps: int, stages: int, waves: float | None 
     return cfg | ({"waves": waves} if waves else {}) | ({"fill": fill} if fill else {})
 
 
-# Per layer shape (N, K) and M bucket (16: M = 2..16, 32: 17..32, 64: 33..64, 256: 65..256). Session 12's H100 sweep of tiles x
-# every split count (bench/results/h100/kernels_s12/README.md, calls 4 and 8): the fastest config of each row where it
-# beat the session-8 entry by > 2% (picks.json), with its split written as the fill rule that gives it on 132 SMs.
-# What it found: wide N tiles (256) on the large layers, 32-token tiles read twice at 64 tokens on k/v, and one wave
-# of programs (the session-8 entries split K to ~2 waves and paid a second, ragged one). Not re-picked: 8B down at
-# M = 16 (session 8's entry, by the M table).
+# Per layer shape (N, K) and M bucket (16: M = 2..16, 32: 17..32, 64: 33..64, 256: 65..256), from session 12's
+# H100 sweeps of tiles x every split count (bench/results/h100/kernels_s12/README.md; picks.json of calls 4, 8, 12):
+# the fastest config of each row where it beat the launcher's previous choice by > 2%, its split written as the fill
+# rule that gives it on 132 SMs. What they found: wide N tiles (256) on the large layers, 32-token tiles read twice at
+# 64 tokens on k/v, and one wave of programs (the session-8 entries split K to ~2 waves and paid a second, ragged one).
+# Bucket 256 replaces dequantize + cuBLAS on the three layers where the tiles beat it at M = 256 (call 12: 8B q/o
+# 37.1 -> 31.8 us, 8B gate/up 118.5 -> 76.2, 70B down 456 -> 267; fp16 18.7 / 53.1 / 197); on k/v they did not, and
+# the other shapes were not timed there. Shapes and buckets not listed take the M table below (8B down at M = 16: no
+# candidate beat it).
 SHAPE_TUNED: dict[tuple[int, int], dict[int, dict]] = {
     (4096, 4096): {16: _tc(16, 128, 2, 8, 3, fill=1.0), 32: _tc(32, 128, 2, 8, 3, fill=1.0),
-                   64: _tc(64, 128, 2, 8, 3, fill=1.0)},  # 8B q / o
+                   64: _tc(64, 128, 2, 8, 3, fill=1.0), 256: _tc(64, 256, 1, 8, 3, fill=1.0)},  # 8B q / o
     (1024, 4096): {16: _tc(16, 64, 2, 4, 4, fill=1.0), 32: _tc(32, 64, 2, 4, 3, fill=1.0),
                    64: _tc(32, 64, 2, 4, 4, fill=1.0)},  # 8B k / v
     (14336, 4096): {16: _tc(16, 256, 2, 8, 3, fill=1.0), 32: _tc(32, 256, 2, 8, 3, fill=1.0),
-                    64: _tc(64, 256, 1, 8, 3, fill=1.0)},  # 8B gate / up
+                    64: _tc(64, 256, 1, 8, 3, fill=1.0), 256: _tc(128, 256, 1, 8, 3, fill=1.0)},  # 8B gate / up
     (4096, 14336): {32: _tc(32, 128, 2, 8, 3, fill=1.0), 64: _tc(64, 128, 2, 8, 3, fill=1.0)},  # 8B down
     (8192, 8192): {16: _tc(16, 128, 2, 8, 3, fill=2.0), 32: _tc(32, 256, 2, 8, 3, fill=1.0),
                    64: _tc(64, 256, 1, 8, 3, fill=1.0)},  # 70B q / o
@@ -664,9 +667,8 @@ SHAPE_TUNED: dict[tuple[int, int], dict[int, dict]] = {
     (28672, 8192): {16: _tc(16, 256, 2, 8, 3, fill=1.0), 32: _tc(32, 256, 2, 8, 3, fill=2.0),
                     64: _tc(64, 256, 1, 8, 3, fill=1.0)},  # 70B gate / up
     (8192, 28672): {16: _tc(16, 256, 2, 8, 3, fill=1.0), 32: _tc(32, 256, 2, 8, 3, fill=1.0),
-                    64: _tc(64, 256, 1, 8, 3, fill=1.0)},  # 70B down
-    # The layers the runtime fuses (compress.runtime.fuse: q/k/v and gate/up concatenated) and Qwen3-8B's down, from
-    # the same sweep over these shapes (call 8); buckets not listed take the M table.
+                    64: _tc(64, 256, 1, 8, 3, fill=1.0), 256: _tc(128, 256, 1, 8, 3, fill=1.0)},  # 70B down
+    # The layers the runtime fuses (compress.runtime.fuse: q/k/v and gate/up concatenated) and Qwen3-8B's down (call 8).
     (6144, 4096): {16: _tc(16, 128, 4, 8, 3, fill=1.0)},  # Llama-3-8B / Qwen3-8B q/k/v
     (28672, 4096): {16: _tc(16, 256, 2, 8, 3, fill=1.0), 64: _tc(64, 256, 1, 8, 3, fill=1.0)},  # 8B gate/up
     (24576, 4096): {16: _tc(16, 64, 2, 4, 4, fill=1.0), 64: _tc(64, 256, 1, 8, 3, fill=1.0)},  # Qwen3-8B gate/up
@@ -676,17 +678,12 @@ SHAPE_TUNED: dict[tuple[int, int], dict[int, dict]] = {
     (57344, 8192): {16: _tc(16, 256, 2, 8, 3, fill=1.0), 32: _tc(32, 256, 1, 8, 3, fill=1.0),
                     64: _tc(64, 256, 1, 8, 3, fill=1.0)},  # 70B gate/up
 }
-# Bucket 256 (M = 65..256), where the M table dequantizes and calls cuBLAS: the tensor-core tiles beat that on these
-# layers at M = 256 (call 12: 8B q/o 37.1 -> 31.8 us, 8B gate/up 118.5 -> 76.2, 70B down 456 -> 267; fp16 18.7 / 53.1
-# / 197); on k/v they did not, and the other shapes were not timed.
-for _nk, _cfg in {(4096, 4096): _tc(64, 256, 1, 8, 3, fill=1.0), (14336, 4096): _tc(128, 256, 1, 8, 3, fill=1.0),
-                  (8192, 28672): _tc(128, 256, 1, 8, 3, fill=1.0)}.items():
-    SHAPE_TUNED[_nk][256] = _cfg
 
 
 def _config(m: int, n: int, k: int | None = None) -> dict:
-    """Kernel and tiles by M (and by layer shape where SHAPE_TUNED lists it): the winners of the H100 sweep of
-    2026-11-22 (bench/results/h100/kernels/tuned.json, NOTES.md), which produced the W4A16 table there."""
+    """Kernel and tiles by M, and by layer shape where SHAPE_TUNED lists it (COMPRESS_KERNEL_CONFIGS overrides both).
+    The M table is the H100 sweep of 2026-11-22 (bench/results/h100/kernels/tuned.json, NOTES.md) with session 12's
+    one-wave split at 17..64 tokens."""
     tuned = tuned_config("w4a16", m)
     if tuned:
         return tuned
@@ -698,7 +695,7 @@ def _config(m: int, n: int, k: int | None = None) -> dict:
         return {"kind": "tc", "BM": 16, "BN": 64, "num_warps": 4, "num_stages": 2, "NB": 4}
     if m <= 16:
         return {"kind": "tc", "BM": 16, "BN": 128, "num_warps": 8, "num_stages": 3, "NB": 2}
-    if m <= 32:  # session 12 (call 4): with these tiles one wave (fill 1) was as fast or faster than ~2 waves wherever both ran
+    if m <= 32:  # session 12 (call 4): with these tiles one wave (fill 1) was as fast or faster than ~2 waves
         return _tc(32, 128, 2, 8, 3, fill=1.0)
     if m <= 64:
         return _tc(64, 128, 2, 8, 3, fill=1.0)
