@@ -702,6 +702,15 @@ def _config(m: int, n: int, k: int | None = None) -> dict:
     return {"kind": "dequant"}
 
 
+def _split(cfg: dict, tiles: int, steps: int, device: torch.device) -> tuple[int, int]:
+    """(splits, steps per split) of a K loop of `steps` over `tiles` output tiles: the config's explicit "split", else
+    its "fill" (plan_split_fill), else its "waves" (plan_split_k, default 2); even chunks, none empty."""
+    split = cfg.get("split") or (plan_split_fill(tiles, steps, device, cfg["fill"]) if "fill" in cfg
+                                 else plan_split_k(tiles, steps, device, cfg.get("waves", 2.0)))
+    per = triton.cdiv(steps, split)
+    return triton.cdiv(steps, per), per
+
+
 def _launch(x, qweight, scales, zeros, group_size: int, config: dict | None = None) -> torch.Tensor:
     n, k = _check(x, qweight, scales, zeros, group_size)
     lead = x.shape[:-1]
@@ -717,9 +726,8 @@ def _launch(x, qweight, scales, zeros, group_size: int, config: dict | None = No
     total_blocks = padded_k(k) // BLOCK_K
     n_tiles = triton.cdiv(n, cfg["BN"])
     m_tiles = m if cfg["kind"] == "gemv" else triton.cdiv(m, cfg["BM"])
-    split = cfg.get("split") or plan_split_k(n_tiles * m_tiles, total_blocks, x.device, cfg.get("waves", 2.0))
-    per = triton.cdiv(total_blocks, split)
-    split = triton.cdiv(total_blocks, per)
+    nb = cfg.get("NB", 1) if cfg["kind"] == "tc" else 1  # the tc kernel's K loop steps NB blocks at a time
+    split, per = _split(cfg, n_tiles * m_tiles, triton.cdiv(total_blocks, nb), x.device)
     zeros_arg = zeros if zeros is not None else scales  # never read when ASYM is False
     common = dict(GROUP=group_size, ASYM=zeros is not None, BN=cfg["BN"], num_warps=cfg["num_warps"])
     if cfg["kind"] == "gemv":
@@ -728,15 +736,9 @@ def _launch(x, qweight, scales, zeros, group_size: int, config: dict | None = No
             x2, qweight, scales, zeros_arg, out, ws, locks, m, n, k, qweight.shape[1], per, total_blocks, split,
             x2.stride(0), n, EVEN_K=k % BLOCK_K == 0, EVEN_N=n % cfg["BN"] == 0, **common)
     elif cfg["kind"] == "tc":
-        nb = cfg.get("NB", 1)
-        steps = triton.cdiv(total_blocks, nb)
-        split = cfg.get("split") or (plan_split_fill(n_tiles * m_tiles, steps, x.device, cfg["fill"]) if "fill" in cfg
-                                     else plan_split_k(n_tiles * m_tiles, steps, x.device, cfg.get("waves", 2.0)))
-        per_steps = triton.cdiv(steps, split)
-        split = triton.cdiv(steps, per_steps)
         ws, locks = splitk_buffers(x.device, n_tiles * m_tiles, split, cfg["BN"] * cfg["BM"])
         _w4a16_tc_kernel[(n_tiles, m_tiles, split)](
-            x2, qweight, scales, zeros_arg, out, ws, locks, m, n, k, qweight.shape[1], per_steps, total_blocks, split,
+            x2, qweight, scales, zeros_arg, out, ws, locks, m, n, k, qweight.shape[1], per, total_blocks, split,
             x2.stride(0), n, GROUP=group_size, ASYM=zeros is not None, IS_BF16=x.dtype == torch.bfloat16,
             DOT_F32=interpreter_dot_f32(x.dtype), USE_ASM=not interpreting(), BN=cfg["BN"], BM=cfg["BM"], NB=nb, num_warps=cfg["num_warps"],
             num_stages=cfg.get("num_stages", 1), ROUND=cfg.get("round", 4))

@@ -27,7 +27,7 @@ def test_fill_rounds_the_grid_down_to_whole_waves():
 
 
 def test_shape_table_gives_the_sweeps_splits_on_132_sms():
-    """Every pick of session 12's H100 sweeps (calls 4 and 8) is in SHAPE_TUNED with the same tile and, through its
+    """Every pick of session 12's H100 sweeps (calls 4, 8 and 12) is in SHAPE_TUNED with the same tile and, through its
     fill, the same split on 132 SMs: the table is the measurement, written portably."""
     picks: dict[str, dict] = {}
     for path in PICKS:
