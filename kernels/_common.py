@@ -23,6 +23,23 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
+_CAPABILITY: dict[int, tuple[int, int]] = {}
+
+
+def pdl_enabled(device: torch.device) -> bool:
+    """Whether kernels launch with programmatic dependent launch on `device` (the decode step's kernels,
+    compress/runtime/decode_kernels.py, and the W4A16 tensor-core tiles): Hopper or later, never in Triton's
+    CPU interpreter (no inline asm there); COMPRESS_DECODE_PDL=0 turns it off (A/B runs)."""
+    if device.type != "cuda" or interpreting():
+        return False
+    if os.environ.get("COMPRESS_DECODE_PDL", "1") == "0":
+        return False
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    if idx not in _CAPABILITY:
+        _CAPABILITY[idx] = torch.cuda.get_device_capability(idx)
+    return _CAPABILITY[idx] >= (9, 0)
+
+
 def _fix_interpreter_scalar_index() -> None:
     """Triton 3.6's interpreter keeps scalars as 1-element arrays and converts them with int(array),
     which NumPy >= 2.3 rejects ("only 0-dimensional arrays can be converted"), so any `range(a, b)`
@@ -106,6 +123,11 @@ def plan_split_fill(tiles: int, k_steps: int, device: torch.device, fill: float 
     split = max(1, min(k_steps, int(num_sms(device) * fill) // max(1, tiles)))
     steps_per = triton.cdiv(k_steps, split)
     return triton.cdiv(k_steps, steps_per)
+
+
+def pow2_floor(v: int) -> int:
+    """Largest power of two <= v, at least 128 (bytes of a PDL prefetch: whole 128-byte lines, a tl.arange length)."""
+    return 1 << (max(v, 128).bit_length() - 1)
 
 
 @triton.jit

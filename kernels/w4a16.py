@@ -4,6 +4,8 @@ Kernels over the same packed weights (`_config` picks one per M; `kind` in a con
 - `tc`: weights as the left tensor-core operand ("swap AB": out^T = W @ x^T, so M = 1..16 fills only the
   16-wide side), dequantized in registers by inline PTX two at a time (PRMT/SHR/LOP3 with the 0x64006400
   magic, then one f16x2/bf16x2 subtract and multiply by the scale), NB blocks of 128 per product; wgmma.
+  Optionally launched with programmatic dependent launch (config "pdl" / "chain", `_pdl`; by default above 32
+  tokens, TILE_LAUNCH).
 - `tcx`: activations as the left operand (mma.sync, out = x @ W^T), the same paired dequantization without
   the scale (applied per group to the fp32 partial sums), next block's activation slices prefetched.
 - `dequant`: one Triton pass writing the fp16/bf16 weight, then cuBLAS (large M).
@@ -23,8 +25,10 @@ import triton.language as tl
 
 from compress.errors import CompressError
 from compress.packing.int4 import BLOCK_K, GROUP_SIZES, dequantize_int4, num_groups, padded_k, unpack_int4
-from kernels._common import (check_activation, check_device, interpreter_dot_f32, interpreting, plan_split_fill, plan_split_k,
-                             splitk_buffers, splitk_epilogue, tuned_config)
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+from kernels._common import (check_activation, check_device, interpreter_dot_f32, interpreting, pdl_enabled,
+                             plan_split_fill, plan_split_k, pow2_floor, splitk_buffers, splitk_epilogue, tuned_config)
 
 # Largest M of session 2's CUDA-core GEMV (kept for the sweeps; `_config` no longer picks it).
 GEMV_MAX_M = 1
@@ -328,6 +332,11 @@ def _w4a16_tc_kernel(
     NB: tl.constexpr,  # 128-blocks per step (one product of K = 16 * NB per slice)
     PREFETCH: tl.constexpr = False,  # load the next step's activation slices and scales a step ahead
     ROUND: tl.constexpr = 4,  # split-K partials summed per round (splitk_epilogue); 1 = the pre-session-12 tail
+    PDL: tl.constexpr = 0,  # launched with programmatic dependent launch (config "pdl"): wait for the kernel before
+                            # this one (griddepcontrol.wait) before the first read of x or of the split-K buffers
+    PDL_LINES: tl.constexpr = 0,  # with PDL: 128-byte lines of each weight row's K chunk sent to L2 before that wait
+    CHAIN: tl.constexpr = 0,  # let the next kernel (if launched with PDL) start: 1 at this program's start, 2 after
+                              # its K loop (config "chain": 1 / "late")
 ):
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
@@ -342,6 +351,19 @@ def _w4a16_tc_kernel(
     HALF: tl.constexpr = GROUP == 64
 
     s_start = pid_s * STEPS_PER_SPLIT
+    if CHAIN == 1:
+        gdc_launch_dependents()  # the next kernel may launch now; it waits for this whole grid before reading
+    if PDL:
+        # The weights and scales are never written by the kernel before this one (x, the output and the split-K
+        # workspace / counters may be: they are touched only after the wait). Stream the first lines of this
+        # program's weight rows into L2 meanwhile.
+        if PDL_LINES > 0:
+            pf_words = s_start * NB * 16 + tl.arange(0, PDL_LINES) * 32  # 32 int32 words per 128-byte line
+            # clamped: never past the weight
+            pf = q_ptr + tl.minimum(offs_n, N - 1)[:, None] * KW + tl.minimum(pf_words, KW - 1)[None, :]
+            tl.inline_asm_elementwise("prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [pf], dtype=tl.int32,
+                                      is_pure=False, pack=1)
+        gdc_wait()
     s_end = tl.minimum(s_start + STEPS_PER_SPLIT, tl.cdiv(TOTAL_BLOCKS, NB))
     q_rows = q_ptr + offs_n[:, None] * KW + offs_c[None, :]  # (BN, 16 NB)
     x_rows = x_ptr + offs_m[None, :] * stride_xm  # (1, BM)
@@ -402,6 +424,8 @@ def _w4a16_tc_kernel(
                     sc, zz = _tc_sz(s_ptr, z_ptr, blk, j, c_ok, K, N, offs_n, n_mask, GROUP, ASYM, IS_BF16, True)
                 xt = _tc_x(x_rows, blk, j, r_c, K, m_mask, True)
                 acc = _tc_slice(acc, words, zz, sc, xt, j, ASYM, IS_BF16, DOT_F32, USE_ASM)
+    if CHAIN == 2:
+        gdc_launch_dependents()  # every weight byte is read; only the split-K epilogue is left
 
     ptrs = out_ptr + offs_m[None, :] * stride_om + offs_n[:, None]
     local = tl.arange(0, BN)[:, None] * BM + tl.arange(0, BM)[None, :]
@@ -680,13 +704,33 @@ SHAPE_TUNED: dict[tuple[int, int], dict[int, dict]] = {
 }
 
 
+# Session 13 (bench/results/h100/kernels_s13/README.md): above 32 tokens the tensor-core tiles launch with programmatic
+# dependent launch and wait for the kernel before it ("pdl": 0: no prefetch, no early trigger of the next kernel).
+# - Kernel table (call 2, same process, the 8 Llama-3 shapes, each call after the previous call of the same kernel):
+#   faster on all 24 rows at 16 / 32 / 64 tokens (0.5-8.8%). Sending the first 2 KB of each weight row to L2 before the
+#   wait, or letting the next kernel start early ("chain"), was slower on most rows.
+# - End to end (calls 5-6, synthetic Llama-3-8B W4A16 decode, arms in turn in one process), every tile under PDL:
+#   batch 64 gained (TPOT 5.90 -> 5.75-5.84 ms) but batch 32 lost 1-3% in both calls (4.54 -> 4.59-4.66 ms) and batch 8
+#   4% in one (3.19 -> 3.30-3.32 ms). In the decode step the kernel before a tile lets it launch at once (those kernels
+#   trigger early), so the tile's programs are placed on the SMs while that kernel still holds some of them (a reading,
+#   not profiled). So only the tiles above 32 tokens launch this way: call 6, batch 64 5.90 -> 5.75 ms, batch 8 and
+#   32 as before.
+TILE_LAUNCH = {"pdl": 0}
+TILE_LAUNCH_MIN_M = 33
+
+
 def _config(m: int, n: int, k: int | None = None) -> dict:
-    """Kernel and tiles by M, and by layer shape where SHAPE_TUNED lists it (COMPRESS_KERNEL_CONFIGS overrides both).
-    The M table is the H100 sweep of 2026-11-22 (bench/results/h100/kernels/tuned.json, NOTES.md) with session 12's
-    one-wave split at 17..64 tokens."""
+    """Kernel and tiles by M, and by layer shape where SHAPE_TUNED lists it (COMPRESS_KERNEL_CONFIGS overrides both),
+    tensor-core tiles from TILE_LAUNCH_MIN_M tokens launched as TILE_LAUNCH says. The M table is the H100 sweep of
+    2026-11-22 (bench/results/h100/kernels/tuned.json, NOTES.md) with session 12's one-wave split at 17..64 tokens."""
     tuned = tuned_config("w4a16", m)
     if tuned:
         return tuned
+    cfg = _tile_config(m, n, k)
+    return cfg | TILE_LAUNCH if cfg["kind"] == "tc" and m >= TILE_LAUNCH_MIN_M else cfg
+
+
+def _tile_config(m: int, n: int, k: int | None) -> dict:
     if k is not None and 1 < m <= 256:
         got = SHAPE_TUNED.get((n, k), {}).get(16 if m <= 16 else (32 if m <= 32 else (64 if m <= 64 else 256)))
         if got:
@@ -709,6 +753,20 @@ def _split(cfg: dict, tiles: int, steps: int, device: torch.device) -> tuple[int
                                  else plan_split_k(tiles, steps, device, cfg.get("waves", 2.0)))
     per = triton.cdiv(steps, split)
     return triton.cdiv(steps, per), per
+
+
+def _pdl(cfg: dict, chunk_bytes: int, device: torch.device) -> tuple[int, int, int]:
+    """(PDL, CHAIN, PDL_LINES) of the tc kernel from config keys "pdl" (bytes of each weight row's K chunk to send to L2
+    before the dependency wait; 0 = wait only; absent = a plain launch) and "chain" (1 / "late": the kernel after this
+    one may launch early, if it was launched with PDL). Only where `pdl_enabled` (Hopper on, not in Triton's CPU
+    interpreter; COMPRESS_DECODE_PDL=0 turns it off)."""
+    if not pdl_enabled(device):
+        return 0, 0, 0
+    chain = 2 if cfg.get("chain") == "late" else int(bool(cfg.get("chain", 0)))
+    if "pdl" not in cfg:
+        return 0, chain, 0
+    want = min(int(cfg["pdl"]), chunk_bytes)
+    return 1, chain, (pow2_floor(want) // 128 if want > 0 else 0)
 
 
 def _launch(x, qweight, scales, zeros, group_size: int, config: dict | None = None) -> torch.Tensor:
@@ -737,11 +795,13 @@ def _launch(x, qweight, scales, zeros, group_size: int, config: dict | None = No
             x2.stride(0), n, EVEN_K=k % BLOCK_K == 0, EVEN_N=n % cfg["BN"] == 0, **common)
     elif cfg["kind"] == "tc":
         ws, locks = splitk_buffers(x.device, n_tiles * m_tiles, split, cfg["BN"] * cfg["BM"])
+        pdl, chain, lines = _pdl(cfg, per * nb * BLOCK_K // 2, x.device)
         _w4a16_tc_kernel[(n_tiles, m_tiles, split)](
             x2, qweight, scales, zeros_arg, out, ws, locks, m, n, k, qweight.shape[1], per, total_blocks, split,
             x2.stride(0), n, GROUP=group_size, ASYM=zeros is not None, IS_BF16=x.dtype == torch.bfloat16,
             DOT_F32=interpreter_dot_f32(x.dtype), USE_ASM=not interpreting(), BN=cfg["BN"], BM=cfg["BM"], NB=nb, num_warps=cfg["num_warps"],
-            num_stages=cfg.get("num_stages", 1), ROUND=cfg.get("round", 4))
+            num_stages=cfg.get("num_stages", 1), ROUND=cfg.get("round", 4), PDL=pdl, PDL_LINES=lines, CHAIN=chain,
+            **({"launch_pdl": True} if pdl else {}))
     elif cfg["kind"] == "tcx":
         ws, locks = splitk_buffers(x.device, n_tiles * m_tiles, split, cfg["BN"] * cfg["BM"])
         _w4a16_tcx_kernel[(n_tiles, m_tiles, split)](

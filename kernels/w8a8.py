@@ -34,8 +34,8 @@ from compress.errors import CompressError
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from kernels import w8a8_gemm_tma
-from kernels._common import (check_activation, check_device, interpreting, num_sms, plan_split_k, splitk_buffers,
-                             splitk_epilogue, tuned_config)
+from kernels._common import (check_activation, check_device, interpreting, num_sms, plan_split_k, pow2_floor,
+                             splitk_buffers, splitk_epilogue, tuned_config)
 
 ACT_EPS = 1e-8
 # Above this M, quantize activations in a separate pass (see module docstring).
@@ -491,10 +491,6 @@ def _launch_gemv(x2, weight, sw, out, cfg: dict) -> torch.Tensor:
     return out
 
 
-def _pow2_floor(v: int) -> int:
-    return 1 << (max(v, 128).bit_length() - 1)
-
-
 def _launch(x, weight, w_scale, config: dict | None = None) -> torch.Tensor:
     n, k = _check(x, weight, w_scale)
     lead = x.shape[:-1]
@@ -564,7 +560,7 @@ def _gemm(xin, sx, weight, sw, out, cfg: dict, fused: bool = False, pdl: int = 0
         xin, sx, weight, sw, out, ws, locks, m, n, k, per_steps * cfg["BK"], split, xin.stride(0), weight.stride(0),
         out.stride(0), QUANT_IN_KERNEL=fused, EPS=ACT_EPS, BN=cfg["BN"], BM=cfg["BM"], BK=cfg["BK"],
         PRO_BK=max(cfg["BK"], min(triton.next_power_of_2(k), 16384 // cfg["BM"])),
-        PDL_PREFETCH=_pow2_floor(min(pdl, per_steps * cfg["BK"])) if pdl else 0, M_FAST=m_fast, CHAIN=chain,
+        PDL_PREFETCH=pow2_floor(min(pdl, per_steps * cfg["BK"])) if pdl else 0, M_FAST=m_fast, CHAIN=chain,
         ROUND=cfg.get("round", 1), num_warps=cfg["num_warps"], num_stages=stages, **({"launch_pdl": True} if pdl else {}),
     )
     return out

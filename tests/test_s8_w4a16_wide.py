@@ -145,7 +145,8 @@ def test_shape_tables_pick_by_bucket_and_fall_back():
     for (n, k), by in w4a16.SHAPE_TUNED.items():
         for bucket, cfg in by.items():
             lo = {16: 2, 32: 17, 64: 33, 256: 65}[bucket]
-            assert w4a16._config(lo, n, k) == cfg and w4a16._config(bucket, n, k) == cfg
+            for m in (lo, bucket):  # launched as TILE_LAUNCH says from TILE_LAUNCH_MIN_M tokens (session 13)
+                assert w4a16._config(m, n, k) == (cfg | w4a16.TILE_LAUNCH if m >= w4a16.TILE_LAUNCH_MIN_M else cfg)
             assert 16 <= cfg["BM"] <= bucket and bucket % cfg["BM"] == 0  # one M tile, or two at 64 tokens (k / v)
     assert w4a16._config(40, 100, 4096) == w4a16._config(40, 100)  # a shape no table lists: the M table
     assert w4a16._config(1, 1024, 4096) == w4a16._config(1, 1024)  # M = 1 is not per shape

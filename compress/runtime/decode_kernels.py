@@ -37,6 +37,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from kernels._common import pdl_enabled  # noqa: F401  (the decode step's PDL switch, defined beside the kernels)
 from kernels.w8a8 import _dp4a, _int8_codes, _quotient, _round_half_even, _sbyte  # noqa: F401  (shared int8 helpers)
 
 LOG2E = 1.4426950408889634
@@ -55,21 +56,6 @@ NEG = tl.constexpr(-1.0e30)  # "minus infinity" that stays finite (empty chunks 
 # on CPUs (the interpreter runs no inline asm) or before sm_90. H100, Llama-3-8B W8A8 batch-1 decode, TPOT
 # of session 3's kernels vs these, in one process: 3.502 -> 3.415 ms (3.639 ms with PDL off), and in a
 # second run 3.479 -> 3.393 ms (bench/results/h100/e2e/session4_w8a8/README.md).
-
-
-_CAPABILITY: dict[int, tuple[int, int]] = {}
-
-
-def pdl_enabled(device: torch.device) -> bool:
-    """Whether the decode kernels launch with PDL on `device` (see above)."""
-    if device.type != "cuda" or os.environ.get("TRITON_INTERPRET", "0") == "1":
-        return False
-    if os.environ.get("COMPRESS_DECODE_PDL", "1") == "0":
-        return False
-    idx = device.index if device.index is not None else torch.cuda.current_device()
-    if idx not in _CAPABILITY:
-        _CAPABILITY[idx] = torch.cuda.get_device_capability(idx)
-    return _CAPABILITY[idx] >= (9, 0)
 
 
 def _pick(plain, with_pdl, device: torch.device):
