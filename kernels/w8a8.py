@@ -10,6 +10,8 @@ Kernels:
   GEMM on int8 activations. Weights are the left operand ("swap AB"), so M = 1..16 pads only to 16. With
   `pdl` in the config the GEMM is launched with programmatic dependent launch: it prefetches its first weight
   bytes into L2 while the quantizer runs and waits (griddepcontrol.wait) before reading x.
+  With "qwait" the quantizer is launched that way too: it waits for the kernel before it, so only its launch
+  overlaps that kernel's end (session 13: the default up to 16 tokens).
 - `_w8a8_kernel` with QUANT_IN_KERNEL (config "fused": True): session 2's single-launch form (each program
   scans its rows for the absmax and quantizes tiles in registers), kept for the sweeps.
 - M = 3..16 (session 8, `_config_s8`): `_w8a8_kernel` with K split only as far as one program per SM ("fit") and a
@@ -417,9 +419,13 @@ def _config_s8(m: int) -> dict:
     Session 9 ("qrecip": the quantizer's codes through the fp64 reciprocal of the scale, bit-identical, one division
     per row instead of one per element): median speedup over the 8 shapes in one process (H100,
     `STAGES="sweep tests" bash bench/results/h100/kernels_s8_w8a8/device_run.sh`, bench/results/h100/e2e/session9/w8a8_qrecip/)
-    M = 4 1.647x -> 1.708x, M = 8 1.646x -> 1.717x, M = 16 1.638x -> 1.714x."""
+    M = 4 1.647x -> 1.708x, M = 8 1.646x -> 1.717x, M = 16 1.638x -> 1.714x.
+    Session 13 ("qwait": the quantizer launched with PDL, waiting for the kernel before it; H100, one process,
+    bench/results/h100/kernels_s13/README.md, call 3): faster on all 24 rows (0.1-9%), M = 4 1.712x -> 1.745x, M = 8
+    1.739x -> 1.769x, M = 16 1.711x -> 1.745x; synthetic Llama-3-8B W8A8 decode at batch 8 (calls 4-5, arms in turn):
+    TPOT 4.12-4.17 -> 3.86-4.00 ms."""
     cfg = {"BM": 16, "BN": 64, "BK": 256, "num_warps": 4, "num_stages": 4, "fused": False, "fit": 1, "pdl": 2048,
-           "qrecip": True}
+           "qrecip": True, "qwait": True}
     return cfg if m <= 4 else dict(cfg, deep=6)
 
 
@@ -437,8 +443,13 @@ def _config_pointer_gemm(m: int) -> dict:
 def _config_table(m: int) -> dict:
     """The served config outside M = 3..16: session 5's table (`_config_pointer_gemm`, the sweeps' "old" baseline)
     with the exact-reciprocal quantizer above 64 tokens (session 9, see `_config_s8`): M = 256 median 1.006x ->
-    1.027x over fp16 (M = 1024 shares it, untimed)."""
+    1.027x over fp16 (M = 1024 shares it, untimed); and up to 2 tokens (the few-token GEMV) the quantizer launched with
+    PDL ("qwait", session 13, bench/results/h100/kernels_s13/README.md, call 4): M = 2 faster on all 8 shapes (0.5-9%),
+    median 1.786x -> 1.946x. At M = 256 the GEMM under PDL behind the quantizer was slower on every shape (median
+    1.000x -> 0.816x, with "qwait" 0.819x), so it launches plainly there."""
     cfg = _config_pointer_gemm(m)
+    if m <= 2:
+        return dict(cfg, qwait=True)
     return dict(cfg, qrecip=True) if m > 64 else cfg
 
 
@@ -471,7 +482,8 @@ def _launch_gemv(x2, weight, sw, out, cfg: dict) -> torch.Tensor:
     if xf:
         xin, sx, stride = x2, sw, x2.stride(0)  # sx_ptr unused
     else:
-        xq, sx = quantize_per_token(x2, early=pdl, chain=chain > 0, recip=bool(cfg.get("qrecip")))
+        qwait = chain > 0 or (bool(cfg.get("qwait")) and pdl)  # as in `_launch`
+        xq, sx = quantize_per_token(x2, early=pdl, chain=qwait, recip=bool(cfg.get("qrecip")))
         xin, stride = xq.view(torch.int32), xq.stride(0) // 4
     kw = k // 4
     mt = triton.next_power_of_2(m)
@@ -517,7 +529,10 @@ def _launch(x, weight, w_scale, config: dict | None = None) -> torch.Tensor:
     if fused:
         xin, sx = x2, sw  # sx_ptr unused when quantizing in-kernel
     else:
-        xin, sx = quantize_per_token(x2, early=pdl > 0, chain=chain > 0, recip=bool(cfg.get("qrecip")))
+        # "qwait" (session 13): the quantizer itself is launched with PDL and waits for the kernel before it, without
+        # that kernel letting it start early ("chain" does both); its launch then overlaps that kernel's last programs
+        qwait = chain > 0 or (bool(cfg.get("qwait")) and pdl > 0)
+        xin, sx = quantize_per_token(x2, early=pdl > 0, chain=qwait, recip=bool(cfg.get("qrecip")))
     return _gemm(xin, sx, weight, sw, out, cfg, fused=fused, pdl=pdl, chain=chain).reshape(*lead, n)
 
 
