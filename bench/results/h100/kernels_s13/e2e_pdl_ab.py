@@ -1,0 +1,72 @@
+"""Session 13: what the launch changes of this session do end to end, in one process: `compress bench e2e`'s run_e2e on
+synthetic Llama-3-8B at the batched decode workloads (medium_batch 8, base 32, high_concurrency 64), arms in turn (ARMS,
+default "plain,pdl,plain,pdl").
+- FORMAT=w4a16 (default): the W4A16 tensor-core tiles. "plain" launches them all plainly (session 12), "pdl" as this
+  tree does (TILE_LAUNCH from TILE_LAUNCH_MIN_M tokens), "all" every tile with PDL, "pfall" every tile with PDL and the
+  first 2 KB of each weight row sent to L2 before the wait.
+- FORMAT=w8a8: "plain" drops "qwait" from the W8A8 GEMM's config at 3..16 tokens (kernels.w8a8._config_s8), "pdl" keeps it.
+
+Usage (repository root, GPU machine): python3 bench/results/h100/kernels_s13/e2e_pdl_ab.py OUT
+The runtime's path table (compress.runtime.paths.TABLE, one per process) chooses between the CUDA GEMV and the Triton
+launcher per layer shape and M bucket in the first arm; later arms keep those choices, so the arms differ only in how
+the same kernels launch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+from compress.bench.e2e import run_e2e
+from kernels import w4a16, w8a8
+
+FORMAT = os.environ.get("FORMAT", "w4a16")
+# W4A16 arm -> (TILE_LAUNCH, TILE_LAUNCH_MIN_M): "pdl" is this tree's default; "all" launches every tile that way,
+# "pfall" also sends the first 2 KB of each weight row to L2 before the wait
+LAUNCH = {"plain": ({}, 1), "pdl": (dict(w4a16.TILE_LAUNCH), w4a16.TILE_LAUNCH_MIN_M), "all": ({"pdl": 0}, 1),
+          "pfall": ({"pdl": 2048}, 1)}
+CONFIG_S8 = w8a8._config_s8
+
+
+def _set_arm(arm: str) -> None:
+    if FORMAT == "w4a16":
+        w4a16.TILE_LAUNCH, w4a16.TILE_LAUNCH_MIN_M = LAUNCH[arm]
+    else:
+        w8a8._config_s8 = CONFIG_S8 if arm == "pdl" else (
+            lambda m: {k: v for k, v in CONFIG_S8(m).items() if k != "qwait"})
+
+
+def main():
+    out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+    workloads = os.environ.get("WORKLOADS", "medium_batch,base,high_concurrency")
+    limit = float(os.environ.get("AB_LIMIT_S", "1e9"))
+    t0 = time.time()
+    got = []
+    for i, arm in enumerate(os.environ.get("ARMS", "plain,pdl,plain,pdl").split(",")):
+        if i and time.time() - t0 > limit:
+            print(f"stopped before arm {i} ({arm}): {time.time() - t0:.0f} s > AB_LIMIT_S", flush=True)
+            break
+        _set_arm(arm)
+        doc = run_e2e(synthetic="llama-3-8b", formats=FORMAT, workloads=workloads, runs=3,
+                      output=None, command=f"FORMAT={FORMAT} e2e_pdl_ab.py arm {i} {arm}")
+        for r in doc["results"]:
+            got.append({"arm": arm, "i": i, **r})
+        with open(f"{out}/e2e_pdl_ab_{FORMAT}.json", "w") as f:
+            json.dump(got, f, indent=1, default=str)
+        print(f"[{time.time() - t0:6.1f} s] arm {i} {arm} done", flush=True)
+    print("\n| workload | arm | TPOT ms, mean of 3 runs, per arm in turn | output tok/s |")
+    print("|---|---|---|---|")
+    for wl in dict.fromkeys(r["workload"] for r in got):
+        for arm in dict.fromkeys(r["arm"] for r in got):
+            rs = [r for r in got if r["arm"] == arm and r["workload"] == wl and r["stats"]]
+            if rs:
+                tpot = " / ".join(f"{r['stats']['tpot_ms']['mean']:.3f}" for r in rs)
+                tps = " / ".join(f"{r['stats']['output_tps']['mean']:.0f}" for r in rs)
+                print(f"| {wl} (batch {rs[0]['batch']}) | {arm} | {tpot} | {tps} |")
+
+
+if __name__ == "__main__":
+    main()
