@@ -211,6 +211,23 @@ def call_ms(fn: Callable[[Any], Any], weights: Any = None, method: str = DEFAULT
         del sets
 
 
+def checked_call_us(fn: Callable[[Any], Any], weights: Any, want: torch.Tensor, tol: float = 2e-3) -> dict:
+    """{"us", "err", "same"} of fn(weights) for a sweep: checked first against `want` (relative error, output block
+    poisoned with NaN just before, so a kernel that leaves some of it unwritten fails) and for the same bytes on a
+    second call; timed by `call_ms` only if both hold (else "us" is inf). A call that raises is reported, not fatal."""
+    from kernels.cases import rel_err
+
+    poison = torch.full_like(want, float("nan"))
+    del poison  # the caching allocator hands this NaN block to the call's output next
+    try:
+        out = fn(weights)
+        err, same = rel_err(out, want), bool(torch.equal(out, fn(weights)))
+        us = 1000 * call_ms(fn, weights) if err < tol and same else float("inf")
+        return {"us": us, "err": err, "same": same}
+    except Exception as e:
+        return {"us": float("inf"), "err": float("inf"), "same": False, "error": str(e)[:200]}
+
+
 def copy_bandwidth_gbs(device: torch.device | str = "cuda", gib: float = 1.0, method: str = DEFAULT_METHOD) -> float:
     """Device-to-device copy of `gib` GiB (20x the H100's L2): (bytes read + written) / per-call time, in GB/s."""
     n = int(gib * 2**30) // 2

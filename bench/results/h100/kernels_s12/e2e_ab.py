@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import sys
 import time
 
@@ -53,34 +52,44 @@ def old_config(m: int, n: int, k: int | None = None) -> dict:
     return {"kind": "dequant"}
 
 
-def main():
-    out = sys.argv[1]
+def run_arms(out: str, name: str, arms: list[str], set_arm, formats: str = "w4a16") -> list[dict]:
+    """run_e2e on synthetic Llama-3-8B once per arm, in turn (set_arm(arm) first), at WORKLOADS; the results so far go
+    to OUT/<name>.json after every arm. No arm starts after AB_LIMIT_S seconds. Then the TPOT table."""
     os.makedirs(out, exist_ok=True)
     workloads = os.environ.get("WORKLOADS", "medium_batch,base,high_concurrency")
     limit = float(os.environ.get("AB_LIMIT_S", "1e9"))
     t0 = time.time()
     got = []
-    for i, arm in enumerate(os.environ.get("ARMS", "old,new,old,new").split(",")):
+    for i, arm in enumerate(arms):
         if i and time.time() - t0 > limit:
             print(f"stopped before arm {i} ({arm}): {time.time() - t0:.0f} s > AB_LIMIT_S", flush=True)
             break
-        w4a16.SHAPE_TUNED, w4a16._config = (OLD_SHAPE_TUNED, old_config) if arm == "old" else (NEW_SHAPE_TUNED, NEW_CONFIG)
-        doc = run_e2e(synthetic="llama-3-8b", formats="w4a16", workloads=workloads, runs=3,
-                      output=None, command=f"e2e_ab.py arm {i} {arm}")
+        set_arm(arm)
+        doc = run_e2e(synthetic="llama-3-8b", formats=formats, workloads=workloads, runs=3,
+                      output=None, command=f"{name} arm {i} {arm}")
         for r in doc["results"]:
             got.append({"arm": arm, "i": i, **r})
-        with open(f"{out}/e2e_ab.json", "w") as f:
+        with open(f"{out}/{name}.json", "w") as f:
             json.dump(got, f, indent=1, default=str)
         print(f"[{time.time() - t0:6.1f} s] arm {i} {arm} done", flush=True)
     print("\n| workload | arm | TPOT ms, mean of 3 runs, per arm in turn | output tok/s |")
     print("|---|---|---|---|")
     for wl in dict.fromkeys(r["workload"] for r in got):
-        for arm in ("old", "new"):
+        for arm in dict.fromkeys(r["arm"] for r in got):
             rs = [r for r in got if r["arm"] == arm and r["workload"] == wl and r["stats"]]
             if rs:
                 tpot = " / ".join(f"{r['stats']['tpot_ms']['mean']:.3f}" for r in rs)
                 tps = " / ".join(f"{r['stats']['output_tps']['mean']:.0f}" for r in rs)
                 print(f"| {wl} (batch {rs[0]['batch']}) | {arm} | {tpot} | {tps} |")
+    return got
+
+
+def _set_tables(arm: str) -> None:
+    w4a16.SHAPE_TUNED, w4a16._config = (OLD_SHAPE_TUNED, old_config) if arm == "old" else (NEW_SHAPE_TUNED, NEW_CONFIG)
+
+
+def main():
+    run_arms(sys.argv[1], "e2e_ab", os.environ.get("ARMS", "old,new,old,new").split(","), _set_tables)
 
 
 if __name__ == "__main__":

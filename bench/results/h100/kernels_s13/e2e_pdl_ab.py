@@ -14,13 +14,14 @@ the same kernels launch.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-import time
+from pathlib import Path
 
-from compress.bench.e2e import run_e2e
 from kernels import w4a16, w8a8
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "kernels_s12"))
+from e2e_ab import run_arms  # noqa: E402  (session 12's A/B loop: arms in turn in one process, then the TPOT table)
 
 FORMAT = os.environ.get("FORMAT", "w4a16")
 # W4A16 arm -> (TILE_LAUNCH, TILE_LAUNCH_MIN_M): "pdl" is this tree's default; "all" launches every tile that way,
@@ -39,33 +40,8 @@ def _set_arm(arm: str) -> None:
 
 
 def main():
-    out = sys.argv[1]
-    os.makedirs(out, exist_ok=True)
-    workloads = os.environ.get("WORKLOADS", "medium_batch,base,high_concurrency")
-    limit = float(os.environ.get("AB_LIMIT_S", "1e9"))
-    t0 = time.time()
-    got = []
-    for i, arm in enumerate(os.environ.get("ARMS", "plain,pdl,plain,pdl").split(",")):
-        if i and time.time() - t0 > limit:
-            print(f"stopped before arm {i} ({arm}): {time.time() - t0:.0f} s > AB_LIMIT_S", flush=True)
-            break
-        _set_arm(arm)
-        doc = run_e2e(synthetic="llama-3-8b", formats=FORMAT, workloads=workloads, runs=3,
-                      output=None, command=f"FORMAT={FORMAT} e2e_pdl_ab.py arm {i} {arm}")
-        for r in doc["results"]:
-            got.append({"arm": arm, "i": i, **r})
-        with open(f"{out}/e2e_pdl_ab_{FORMAT}.json", "w") as f:
-            json.dump(got, f, indent=1, default=str)
-        print(f"[{time.time() - t0:6.1f} s] arm {i} {arm} done", flush=True)
-    print("\n| workload | arm | TPOT ms, mean of 3 runs, per arm in turn | output tok/s |")
-    print("|---|---|---|---|")
-    for wl in dict.fromkeys(r["workload"] for r in got):
-        for arm in dict.fromkeys(r["arm"] for r in got):
-            rs = [r for r in got if r["arm"] == arm and r["workload"] == wl and r["stats"]]
-            if rs:
-                tpot = " / ".join(f"{r['stats']['tpot_ms']['mean']:.3f}" for r in rs)
-                tps = " / ".join(f"{r['stats']['output_tps']['mean']:.0f}" for r in rs)
-                print(f"| {wl} (batch {rs[0]['batch']}) | {arm} | {tpot} | {tps} |")
+    run_arms(sys.argv[1], f"e2e_pdl_ab_{FORMAT}", os.environ.get("ARMS", "plain,pdl,plain,pdl").split(","), _set_arm,
+             FORMAT)
 
 
 if __name__ == "__main__":
