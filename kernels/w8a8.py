@@ -423,9 +423,12 @@ def _config_s8(m: int) -> dict:
     Session 13 ("qwait": the quantizer launched with PDL, waiting for the kernel before it; H100, one process,
     bench/results/h100/kernels_s13/README.md, call 3): faster on all 24 rows (0.1-9%), M = 4 1.712x -> 1.745x, M = 8
     1.739x -> 1.769x, M = 16 1.711x -> 1.745x; synthetic Llama-3-8B W8A8 decode at batch 8 (calls 4-5, arms in turn):
-    TPOT 4.12-4.17 -> 3.86-4.00 ms."""
+    TPOT 4.12-4.17 -> 3.86-4.00 ms. "pdl_wide": where the grid is more than one program per SM (8B gate/up: 224
+    programs of 64 rows), each program sends 512 bytes of each weight row to L2 before its wait instead of 2048
+    (call 8: 8B gate/up at M = 4 / 8 / 16 23.4 / 23.9 / 24.3 -> 22.3 / 22.7 / 23.2 us; on the one-wave grids of 8B
+    down and 70B q/o 512 bytes was slower or even, so they keep 2048)."""
     cfg = {"BM": 16, "BN": 64, "BK": 256, "num_warps": 4, "num_stages": 4, "fused": False, "fit": 1, "pdl": 2048,
-           "qrecip": True, "qwait": True}
+           "qrecip": True, "qwait": True, "pdl_wide": 512}
     return cfg if m <= 4 else dict(cfg, deep=6)
 
 
@@ -568,7 +571,10 @@ def _gemm(xin, sx, weight, sw, out, cfg: dict, fused: bool = False, pdl: int = 0
     split = _split(n_tiles * m_tiles, k_steps, cfg, xin.device)
     per_steps = triton.cdiv(k_steps, split)
     split = triton.cdiv(k_steps, per_steps)
-    stages = _stages(n_tiles * m_tiles * split, cfg, xin.device)
+    programs = n_tiles * m_tiles * split
+    stages = _stages(programs, cfg, xin.device)
+    if pdl and cfg.get("pdl_wide") and programs > num_sms(xin.device):
+        pdl = cfg["pdl_wide"]  # a grid of more than one wave: a shorter prefetch (`_config_s8`)
     ws, locks = splitk_buffers(xin.device, n_tiles * m_tiles, split, cfg["BN"] * cfg["BM"])
     m_fast = bool(cfg.get("m_fast", False))
     _w8a8_kernel[(m_tiles, n_tiles, split) if m_fast else (n_tiles, m_tiles, split)](

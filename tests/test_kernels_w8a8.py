@@ -220,7 +220,10 @@ def compile_for_the_h100(script: str, expect: str) -> None:
                                  {"kind": "gemv", "num_warps": 4, "pdl": 1},
                                  {"kind": "gemv", "num_warps": 4, "pdl": 1, "qwait": True},
                                  {"BM": 16, "BN": 64, "BK": 256, "num_warps": 4, "num_stages": 4, "fused": False, "fit": 1,
-                                  "pdl": 2048, "qwait": True}], ids=["gemm-chain", "gemv-chain", "gemv", "gemv-qwait", "gemm-qwait"])
+                                  "pdl": 2048, "qwait": True},
+                                 {"BM": 16, "BN": 64, "BK": 256, "num_warps": 4, "num_stages": 4, "fused": False, "split": 4,
+                                  "pdl": 2048, "qwait": True, "pdl_wide": 512}],  # 256 programs: pdl_wide applies
+                         ids=["gemm-chain", "gemv-chain", "gemv", "gemv-qwait", "gemm-qwait", "gemm-wide"])
 @pytest.mark.parametrize("m", [2, 16])
 def test_w8a8_chained_calls_in_a_cuda_graph_gpu(m, cfg):
     # Calls back to back in one graph, each on the previous call's output (as layers of a model): with "chain"
