@@ -4,7 +4,8 @@ default "plain,pdl,plain,pdl").
 - FORMAT=w4a16 (default): the W4A16 tensor-core tiles. "plain" launches them all plainly (session 12), "pdl" as this
   tree does (TILE_LAUNCH from TILE_LAUNCH_MIN_M tokens), "all" every tile with PDL, "pfall" every tile with PDL and the
   first 2 KB of each weight row sent to L2 before the wait.
-- FORMAT=w8a8: "plain" drops "qwait" from the W8A8 GEMM's config at 3..16 tokens (kernels.w8a8._config_s8), "pdl" keeps it.
+- FORMAT=w8a8: the W8A8 GEMM's config at 3..16 tokens (kernels.w8a8._config_s8): "plain" without "qwait" and
+  "pdl_wide", "nowide" without "pdl_wide", "pdl" as this tree has it.
 
 Usage (repository root, GPU machine): python3 bench/results/h100/kernels_s13/e2e_pdl_ab.py OUT
 The runtime's path table (compress.runtime.paths.TABLE, one per process) chooses between the CUDA GEMV and the Triton
@@ -34,9 +35,9 @@ CONFIG_S8 = w8a8._config_s8
 def _set_arm(arm: str) -> None:
     if FORMAT == "w4a16":
         w4a16.TILE_LAUNCH, w4a16.TILE_LAUNCH_MIN_M = LAUNCH[arm]
-    else:
-        w8a8._config_s8 = CONFIG_S8 if arm == "pdl" else (
-            lambda m: {k: v for k, v in CONFIG_S8(m).items() if k != "qwait"})
+    else:  # "plain": neither "qwait" nor "pdl_wide" (session 12); "nowide": "qwait" only; "pdl": this tree's
+        drop = {"pdl": (), "nowide": ("pdl_wide",), "plain": ("qwait", "pdl_wide")}[arm]
+        w8a8._config_s8 = lambda m: {k: v for k, v in CONFIG_S8(m).items() if k not in drop}
 
 
 def main():
