@@ -193,7 +193,8 @@ def _w8a8_kernel(
 
 @triton.jit
 def _quant_row_kernel(x_ptr, q_ptr, s_ptr, K, stride_xm, stride_qm, BK: tl.constexpr, EPS: tl.constexpr,
-                      EARLY: tl.constexpr, WAIT: tl.constexpr = False, RECIP: tl.constexpr = False):
+                      EARLY: tl.constexpr, WAIT: tl.constexpr = False, RECIP: tl.constexpr = False,
+                      CHUNK: tl.constexpr = 0):
     """One token per program, the whole row in registers: a single read of x (one memory round trip
     before the GEMM can start, where the blocked loop of `_quant_per_token_kernel` needs two per chunk).
     EARLY: let a kernel launched after this one with programmatic dependent launch start right away (it
@@ -204,7 +205,13 @@ def _quant_row_kernel(x_ptr, q_ptr, s_ptr, K, stride_xm, stride_qm, BK: tl.const
     RECIP (config "qrecip"): the codes through `_int8_codes` (x times the fp64 reciprocal of s, the same codes bit for
     bit) instead of one IEEE division per element. Session 8 measured this kernel at 5.6 / 7.0 us for 16 rows of
     14336 / 28672 and 21.7 us for 256 rows of 28672 (bench/results/h100/kernels_s8_w8a8/); the division sequence
-    is the suspect. Not timed yet, so off by default."""
+    is the suspect. Not timed yet, so off by default.
+    CHUNK > 0 (config "qchunk", session 13; grid (M, cdiv(K, CHUNK))): every program still takes the absmax of the whole
+    row, but writes the codes of one CHUNK of it. The codes cost ~0.17 us per 1024 columns on one SM (the fp64
+    reciprocal path), so a long row (8B down: 14336) spreads them over several SMs; the same codes bit for bit.
+    Measured behind the GEMM at 4..16 tokens (H100, bench/results/h100/kernels_s13/README.md, call 12): 70B down 1-2%
+    faster with 4096-column chunks, 8B down (the row it was for) not faster, 70B k/v at 4 tokens 6% slower; off by
+    default."""
     if EARLY:
         gdc_launch_dependents()
     if WAIT:
@@ -214,12 +221,18 @@ def _quant_row_kernel(x_ptr, q_ptr, s_ptr, K, stride_xm, stride_qm, BK: tl.const
     mask = offs_k < K
     xt = tl.load(x_ptr + m * stride_xm + offs_k, mask=mask, other=0.0).to(tl.float32)
     sx = tl.math.div_rn(tl.maximum(tl.max(tl.abs(xt), axis=0), EPS), 127.0)
+    if CHUNK > 0:  # this program's columns only, read again (from L1 / L2)
+        c = tl.program_id(1)
+        offs_k = c * CHUNK + tl.arange(0, CHUNK)
+        mask = offs_k < K
+        xt = tl.load(x_ptr + m * stride_xm + offs_k, mask=mask, other=0.0).to(tl.float32)
     if RECIP:
         q = _int8_codes(xt, 1.0 / sx.to(tl.float64)).to(tl.int8)
     else:
         q = tl.minimum(tl.maximum(_round_half_even(tl.math.div_rn(xt, sx)), -127.0), 127.0).to(tl.int8)
     tl.store(q_ptr + m * stride_qm + offs_k, q, mask=mask)
-    tl.store(s_ptr + m, sx)
+    if CHUNK == 0 or tl.program_id(1) == 0:
+        tl.store(s_ptr + m, sx)
 
 
 @triton.jit
@@ -344,11 +357,14 @@ ROW_KERNEL_MAX_K = 32768
 
 
 def quantize_per_token(x: torch.Tensor, early: bool = False, chain: bool = False,
-                       recip: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                       recip: bool = False, warps: int | None = None, chunk: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """(M, K) fp16/bf16 -> (int8 (M, K), fp32 scales (M,)) with the module's rounding. early: the next
     kernel is launched with programmatic dependent launch and may start before this one ends. chain: this
     kernel is launched that way too (it waits for the kernel before it; see `_quant_row_kernel`). recip: codes
-    from the exact fp64 reciprocal instead of a division per element (same bits; `_quant_row_kernel`'s RECIP)."""
+    from the exact fp64 reciprocal instead of a division per element (same bits; `_quant_row_kernel`'s RECIP). warps:
+    the row kernel's warps (default by row length: 4 up to 4096, 8 up to 16384, else 16; config key "qwarps"; 4 to 32
+    warps timed within 0.1 us of the default from 8192 columns on, session 13 call 11). chunk:
+    columns whose codes one program writes (a power of two; 0: the whole row; config key "qchunk")."""
     check_device("quantize_per_token", x)
     x2 = check_activation("quantize_per_token", x, x.shape[-1])
     m, k = x2.shape
@@ -359,8 +375,11 @@ def quantize_per_token(x: torch.Tensor, early: bool = False, chain: bool = False
     if k <= ROW_KERNEL_MAX_K:
         bk = triton.next_power_of_2(k)
         chain = chain and not interpreting()
-        _quant_row_kernel[(m,)](x2, q, s, k, x2.stride(0), q.stride(0), BK=bk, EPS=ACT_EPS, EARLY=early and not interpreting(),
-                                WAIT=chain, RECIP=recip, num_warps=4 if bk <= 4096 else (8 if bk <= 16384 else 16),
+        chunk = chunk if 0 < chunk < k else 0
+        _quant_row_kernel[(m, triton.cdiv(k, chunk) if chunk else 1)](
+                                x2, q, s, k, x2.stride(0), q.stride(0), BK=bk, EPS=ACT_EPS, EARLY=early and not interpreting(),
+                                WAIT=chain, RECIP=recip, CHUNK=chunk,
+                                num_warps=warps or (4 if bk <= 4096 else (8 if bk <= 16384 else 16)),
                                 **({"launch_pdl": True} if chain else {}))
         return q, s
     bm = 4
@@ -486,7 +505,8 @@ def _launch_gemv(x2, weight, sw, out, cfg: dict) -> torch.Tensor:
         xin, sx, stride = x2, sw, x2.stride(0)  # sx_ptr unused
     else:
         qwait = chain > 0 or (bool(cfg.get("qwait")) and pdl)  # as in `_launch`
-        xq, sx = quantize_per_token(x2, early=pdl, chain=qwait, recip=bool(cfg.get("qrecip")))
+        xq, sx = quantize_per_token(x2, early=pdl, chain=qwait, recip=bool(cfg.get("qrecip")), warps=cfg.get("qwarps"),
+                                    chunk=cfg.get("qchunk", 0))
         xin, stride = xq.view(torch.int32), xq.stride(0) // 4
     kw = k // 4
     mt = triton.next_power_of_2(m)
@@ -535,7 +555,8 @@ def _launch(x, weight, w_scale, config: dict | None = None) -> torch.Tensor:
         # "qwait" (session 13): the quantizer itself is launched with PDL and waits for the kernel before it, without
         # that kernel letting it start early ("chain" does both); its launch then overlaps that kernel's last programs
         qwait = chain > 0 or (bool(cfg.get("qwait")) and pdl > 0)
-        xin, sx = quantize_per_token(x2, early=pdl > 0, chain=qwait, recip=bool(cfg.get("qrecip")))
+        xin, sx = quantize_per_token(x2, early=pdl > 0, chain=qwait, recip=bool(cfg.get("qrecip")),
+                                     warps=cfg.get("qwarps"), chunk=cfg.get("qchunk", 0))
     return _gemm(xin, sx, weight, sw, out, cfg, fused=fused, pdl=pdl, chain=chain).reshape(*lead, n)
 
 

@@ -120,6 +120,21 @@ def test_quantizer_reciprocal_codes_equal_the_division(shape, dtype):
     assert torch.equal(q, qr) and torch.equal(qd, qr)
 
 
+@pytest.mark.parametrize("chunk", [64, 128, 4096])
+@pytest.mark.parametrize("shape", [(5, 300), (3, 1040)])
+def test_quantizer_chunks_give_the_same_codes(shape, chunk):
+    # "qchunk" (session 13): several programs per row, each writing the codes of one chunk from the whole row's scale;
+    # chunks that do not divide the row (300 / 64, 1040 / 128) and one longer than the row (4096: one program).
+    from kernels.w8a8 import quantize_per_token_ref
+
+    m, k = shape
+    x = torch.randn(m, k, device=DEVICE).half() * torch.logspace(-2, 1, m, device=DEVICE)[:, None].half()
+    qr, sr = quantize_per_token_ref(x)
+    for recip in (False, True):
+        q, s = quantize_per_token(x, recip=recip, chunk=chunk)
+        assert torch.equal(s, sr) and torch.equal(q, qr)
+
+
 def test_qrecip_config_matches_reference():
     wq, ws = make_w8a8(72, 208, DEVICE, seed=4)
     x = torch.randn(5, 208, device=DEVICE).half()
@@ -159,7 +174,9 @@ CASES = [
      dict(QUANT_IN_KERNEL=True, EPS=1e-8, BN=128, BM=16, BK=256, PRO_BK=1024, PDL_PREFETCH=2048, M_FAST=False, CHAIN=1,
           ROUND=1), 4, 3, "wgmma"),
     (w8._quant_row_kernel, dict(x_ptr="*bf16", q_ptr="*i8", s_ptr=P32),
-     dict(BK=16384, EPS=1e-8, EARLY=True, WAIT=True, RECIP=True), 8, 1, "cvt.rn.f32.f64"),
+     dict(BK=16384, EPS=1e-8, EARLY=True, WAIT=True, RECIP=True, CHUNK=0), 8, 1, "cvt.rn.f32.f64"),
+    (w8._quant_row_kernel, dict(x_ptr="*fp16", q_ptr="*i8", s_ptr=P32),  # "qchunk" (session 13)
+     dict(BK=16384, EPS=1e-8, EARLY=True, WAIT=True, RECIP=True, CHUNK=4096), 8, 1, "cvt.rn.f32.f64"),
 ]
 for fn, ptrs, consts, warps, stages, op in CASES:
     sig = {n: "constexpr" if n in consts else ptrs.get(n, "i32") for n in fn.arg_names}
@@ -177,7 +194,7 @@ def test_session8_kernels_compile_for_the_h100():
     """The interpreter runs no PDL: compile the one-launch GEMV, the late trigger, the quantizing GEMM under PDL and
     the reciprocal quantizer for sm_90 here (no GPU) and check they hold the PDL instructions and their math (dp4a /
     wgmma / the fp64 -> fp32 rounding, and no fp32 division in the quantizer)."""
-    compile_for_the_h100(_AOT, "compiled 5")
+    compile_for_the_h100(_AOT, "compiled 6")
 
 
 @pytest.mark.gpu
