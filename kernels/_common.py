@@ -125,6 +125,13 @@ def plan_split_fill(tiles: int, k_steps: int, device: torch.device, fill: float 
     return triton.cdiv(k_steps, steps_per)
 
 
+def config_chain(cfg: dict) -> int:
+    """Config key "chain" -> the kernels' CHAIN constexpr: 0 off, 1 (True / 1) trigger the next kernel at the
+    program's start, 2 ("late") after its K loop."""
+    c = cfg.get("chain", 0)
+    return 2 if c == "late" else int(bool(c))
+
+
 def pow2_floor(v: int) -> int:
     """Largest power of two <= v, at least 128 (bytes of a PDL prefetch: whole 128-byte lines, a tl.arange length)."""
     return 1 << (max(v, 128).bit_length() - 1)

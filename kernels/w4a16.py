@@ -27,8 +27,9 @@ from compress.errors import CompressError
 from compress.packing.int4 import BLOCK_K, GROUP_SIZES, dequantize_int4, num_groups, padded_k, unpack_int4
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from kernels._common import (check_activation, check_device, interpreter_dot_f32, interpreting, pdl_enabled,
-                             plan_split_fill, plan_split_k, pow2_floor, splitk_buffers, splitk_epilogue, tuned_config)
+from kernels._common import (check_activation, check_device, config_chain, interpreter_dot_f32, interpreting,
+                             pdl_enabled, plan_split_fill, plan_split_k, pow2_floor, splitk_buffers, splitk_epilogue,
+                             tuned_config)
 
 # Largest M of session 2's CUDA-core GEMV (kept for the sweeps; `_config` no longer picks it).
 GEMV_MAX_M = 1
@@ -762,7 +763,7 @@ def _pdl(cfg: dict, chunk_bytes: int, device: torch.device) -> tuple[int, int, i
     interpreter; COMPRESS_DECODE_PDL=0 turns it off)."""
     if not pdl_enabled(device):
         return 0, 0, 0
-    chain = 2 if cfg.get("chain") == "late" else int(bool(cfg.get("chain", 0)))
+    chain = config_chain(cfg)
     if "pdl" not in cfg:
         return 0, chain, 0
     want = min(int(cfg["pdl"]), chunk_bytes)

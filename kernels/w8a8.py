@@ -36,8 +36,8 @@ from compress.errors import CompressError
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from kernels import w8a8_gemm_tma
-from kernels._common import (check_activation, check_device, interpreting, num_sms, plan_split_k, pow2_floor,
-                             splitk_buffers, splitk_epilogue, tuned_config)
+from kernels._common import (check_activation, check_device, config_chain, interpreting, num_sms, plan_split_k,
+                             pow2_floor, splitk_buffers, splitk_epilogue, tuned_config)
 
 ACT_EPS = 1e-8
 # Above this M, quantize activations in a separate pass (see module docstring).
@@ -366,6 +366,9 @@ def quantize_per_token(x: torch.Tensor, early: bool = False, chain: bool = False
     warps timed within 0.1 us of the default from 8192 columns on, session 13 call 11). chunk:
     columns whose codes one program writes (a power of two; 0: the whole row; config key "qchunk")."""
     check_device("quantize_per_token", x)
+    for name, v, allowed in (("warps", warps or 4, "1, 2, 4, 8, 16 or 32"), ("chunk", chunk or 1, "0 or a power of two")):
+        if v < 1 or v & (v - 1) or (name == "warps" and v > 32):
+            raise CompressError(f"quantize_per_token: {name}={v} is not {allowed} (config key \"q{name}\"); pick one")
     x2 = check_activation("quantize_per_token", x, x.shape[-1])
     m, k = x2.shape
     q = torch.empty(m, k, dtype=torch.int8, device=x.device)
@@ -487,10 +490,15 @@ def _gemv_rows(n: int, device: torch.device, cap: int = 16) -> int:
     return bn
 
 
-def _chain(cfg: dict) -> int:
-    """Config "chain" -> the kernels' CHAIN: 0 off, 1 (True/1) at the start, 2 ("late") after the weight loop."""
-    c = cfg.get("chain", 0)
-    return 2 if c == "late" else int(bool(c))
+def _quantize(x2: torch.Tensor, cfg: dict, pdl: bool, chain: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`quantize_per_token` in front of the GEMV / GEMM of config `cfg`, launched as it asks. pdl: the kernel behind
+    is launched with PDL (the quantizer lets it start early). "qwait" (session 13): the quantizer itself is launched
+    with PDL and waits for the kernel before it, without that kernel letting it start early ("chain" does both); its
+    launch then overlaps that kernel's last programs. "qrecip", "qwarps", "qchunk": quantize_per_token's recip, warps,
+    chunk."""
+    qwait = chain > 0 or (bool(cfg.get("qwait")) and pdl)
+    return quantize_per_token(x2, early=pdl, chain=qwait, recip=bool(cfg.get("qrecip")), warps=cfg.get("qwarps"),
+                              chunk=cfg.get("qchunk", 0))
 
 
 def _launch_gemv(x2, weight, sw, out, cfg: dict) -> torch.Tensor:
@@ -499,14 +507,12 @@ def _launch_gemv(x2, weight, sw, out, cfg: dict) -> torch.Tensor:
     m, k = x2.shape
     n = weight.shape[0]
     pdl = bool(cfg.get("pdl", 0)) and not interpreting()
-    chain = _chain(cfg) if pdl else 0
+    chain = config_chain(cfg) if pdl else 0
     xf = bool(cfg.get("xf"))
     if xf:
         xin, sx, stride = x2, sw, x2.stride(0)  # sx_ptr unused
     else:
-        qwait = chain > 0 or (bool(cfg.get("qwait")) and pdl)  # as in `_launch`
-        xq, sx = quantize_per_token(x2, early=pdl, chain=qwait, recip=bool(cfg.get("qrecip")), warps=cfg.get("qwarps"),
-                                    chunk=cfg.get("qchunk", 0))
+        xq, sx = _quantize(x2, cfg, pdl, chain)
         xin, stride = xq.view(torch.int32), xq.stride(0) // 4
     kw = k // 4
     mt = triton.next_power_of_2(m)
@@ -541,22 +547,18 @@ def _launch(x, weight, w_scale, config: dict | None = None) -> torch.Tensor:
     if cfg.get("kind") == "tma":
         if w8a8_gemm_tma.supports(weight, n, k):
             pdl = bool(cfg.get("pdl")) and not interpreting()
-            xq, sx = quantize_per_token(x2, early=pdl, recip=bool(cfg.get("qrecip")))
+            xq, sx = _quantize(x2, cfg, pdl, 0)
             return w8a8_gemm_tma.launch(xq, sx, weight, sw, out, cfg, pdl=pdl).reshape(*lead, n)
         cfg = _config_table(m)  # a weight TMA cannot take (strided, unaligned, pre-Hopper): the pointer GEMM
     if "BK" not in cfg:  # a gemv config above GEMV_TOKENS_MAX_M tokens or on a strided weight: the GEMM's table
         cfg = _config_table(max(m, 3))
     fused = cfg.get("fused", m <= FUSED_QUANT_MAX_M)
     pdl = cfg.get("pdl", 0) if not interpreting() else 0
-    chain = _chain(cfg) if pdl else 0
+    chain = config_chain(cfg) if pdl else 0
     if fused:
         xin, sx = x2, sw  # sx_ptr unused when quantizing in-kernel
     else:
-        # "qwait" (session 13): the quantizer itself is launched with PDL and waits for the kernel before it, without
-        # that kernel letting it start early ("chain" does both); its launch then overlaps that kernel's last programs
-        qwait = chain > 0 or (bool(cfg.get("qwait")) and pdl > 0)
-        xin, sx = quantize_per_token(x2, early=pdl > 0, chain=qwait, recip=bool(cfg.get("qrecip")),
-                                     warps=cfg.get("qwarps"), chunk=cfg.get("qchunk", 0))
+        xin, sx = _quantize(x2, cfg, pdl > 0, chain)
     return _gemm(xin, sx, weight, sw, out, cfg, fused=fused, pdl=pdl, chain=chain).reshape(*lead, n)
 
 

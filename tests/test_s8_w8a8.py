@@ -135,6 +135,14 @@ def test_quantizer_chunks_give_the_same_codes(shape, chunk):
         assert torch.equal(s, sr) and torch.equal(q, qr)
 
 
+@pytest.mark.parametrize("kw", [{"warps": 3}, {"warps": 64}, {"chunk": 3000}, {"chunk": -128}])
+def test_quantizer_refuses_bad_warps_and_chunks(kw):
+    from compress.errors import CompressError
+
+    with pytest.raises(CompressError, match=f"{next(iter(kw))}={next(iter(kw.values()))} is not"):
+        quantize_per_token(torch.randn(2, 64, device=DEVICE).half(), **kw)
+
+
 def test_qrecip_config_matches_reference():
     wq, ws = make_w8a8(72, 208, DEVICE, seed=4)
     x = torch.randn(5, 208, device=DEVICE).half()
