@@ -27,8 +27,8 @@ from compress.errors import CompressError
 from compress.packing.sparse24 import meta_words, unpack_sparse24
 from triton.language.extra.cuda import gdc_wait
 
-from kernels._common import (check_activation, check_device, interpreter_dot_f32, interpreting, plan_split_k, splitk_buffers,
-                             splitk_epilogue, tuned_config)
+from kernels._common import (check_activation, check_device, interpreter_dot_f32, interpreting, pdl_enabled, plan_split_k,
+                             splitk_buffers, splitk_epilogue, tuned_config)
 from kernels.w8a8 import ACT_EPS, _int8_codes, _quantize_tile, _row_scales, quantize_per_token, quantize_per_token_ref
 
 GEMV_MAX_M = 4  # the PRMT GEMV re-reads the weights per token: above ~4 tokens the tensor-core kernel wins
@@ -484,7 +484,7 @@ def _launch(x, values, meta, w_scale, config: dict | None = None) -> torch.Tenso
                 x2.stride(0), n, USE_ASM=not interpreting(), BN=cfg["BN"], BW=bw, X_FLOAT=True, K=k,
                 PRO_BK=min(4096, triton.next_power_of_2(k)), num_warps=cfg["num_warps"])
         elif int8:
-            pdl = 0 if interpreting() else cfg.get("pdl", 0)
+            pdl = cfg.get("pdl", 0) if pdl_enabled(x2.device) else 0
             xq, sx = quantize_per_token(x2, early=pdl > 0)
             x32 = xq.view(torch.int32)
             pf = 1 << (max(128, min(pdl, per * bw * 16)).bit_length() - 1) if pdl else 0  # bytes of each row's split

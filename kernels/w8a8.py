@@ -17,6 +17,8 @@ Kernels:
 - M = 3..16 (session 8, `_config_s8`): `_w8a8_kernel` with K split only as far as one program per SM ("fit") and a
   deeper pipeline where that grid fits the SMs ("deep"); bench/results/h100/kernels_s8_w8a8/ says where a call's
   microseconds go (quantizer alone, GEMM alone).
+- M >= 65 (session 14, `_config_wide`): 8 warps, tiles by the layer's shape (128 x 256 where they fill the GPU,
+  else 64 x 128), K split only where the tiles leave SMs idle and K > 8192.
 - `_gemv_tokens_kernel` with X_FLOAT (config "xf"): one launch, each program quantizes the few tokens itself
   (measured slower than quantizer + GEMV at M = 2..8, session 8; kept opt-in).
 - config kind "tma": kernels/w8a8_gemm_tma.py's TMA / persistent GEMM on the quantized x (opt-in; it lost to
@@ -36,8 +38,8 @@ from compress.errors import CompressError
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from kernels import w8a8_gemm_tma
-from kernels._common import (check_activation, check_device, config_chain, interpreting, num_sms, plan_split_k,
-                             pow2_floor, splitk_buffers, splitk_epilogue, tuned_config)
+from kernels._common import (check_activation, check_device, config_chain, interpreting, num_sms, pdl_enabled,
+                             plan_split_k, pow2_floor, splitk_buffers, splitk_epilogue, tuned_config)
 
 ACT_EPS = 1e-8
 # Above this M, quantize activations in a separate pass (see module docstring).
@@ -413,22 +415,78 @@ def _check(x, weight, w_scale):
     return n, k
 
 
-def _config(m: int) -> dict:
-    """Kernel and tiles by M. Every M quantizes x once (`quantize_per_token`). M = 3..16: `_config_s8` (session 8's
-    grid for session 5's GEMM). M <= 2 and > 64 (`_config_table`; session 5's 3..16 in `_config_pointer_gemm`): the
-    winners of session 5's H100 sweep under rotating timing (`python -m compress.bench.kernel_tune --final w8a8`,
-    bench/results/h100/kernels_s5/: median speedup over fp16 on the 8 Llama-3 shapes: M = 2 few-token GEMV 1.79x
-    (GEMM 1.60x); M = 8 and 16 GEMM with one wave 1.60x (the two-wave tiles before: 1.41x); M = 256 64x128 tiles,
-    token tiles side by side 0.94x (before 0.86x)). 17..64: session 3's sweep (bench/results/h100/kernels/tuned.json).
+def _config(m: int, n: int = 0, k: int = 0, sms: int = 132) -> dict:
+    """Kernel and tiles by M (and above 64 tokens by the layer's N x K and the GPU's SM count). Every M quantizes x
+    once (`quantize_per_token`). M = 3..16: `_config_s8` (session 8's grid for session 5's GEMM). M <= 2 and 17..64
+    (`_config_table`; session 5's 3..16 in `_config_pointer_gemm`): the winners of session 5's H100 sweep under
+    rotating timing (`python -m compress.bench.kernel_tune --final w8a8`, bench/results/h100/kernels_s5/: median
+    speedup over fp16 on the 8 Llama-3 shapes: M = 2 few-token GEMV 1.79x (GEMM 1.60x); M = 8 and 16 GEMM with one
+    wave 1.60x (the two-wave tiles before: 1.41x)). 17..64: session 3's sweep (bench/results/h100/kernels/tuned.json).
+    65+ with the layer's shape: `_config_wide` (session 14); without it (n = 0), session 5's 256-token tiles.
     COMPRESS_KERNEL_CONFIGS (kernels._common.tuned_config) overrides it per M bucket under the key "w8a8", or for
     one M under "w8a8@<M>" ({"w8a8@4": {"16": config}}: the M buckets 2..16 share one entry, the W8A8 sweeps pick
     per M)."""
     tuned = tuned_config(f"w8a8@{m}", m) or tuned_config("w8a8", m)  # an exact-M entry first (see below)
     if tuned:
         return tuned
+    return _config_builtin(m, n, k, sms)
+
+
+def _config_builtin(m: int, n: int = 0, k: int = 0, sms: int = 132) -> dict:
+    """`_config` without COMPRESS_KERNEL_CONFIGS."""
     if 2 < m <= 16:
         return _config_s8(m)
+    if m > 16 and n and k:
+        return _config_wide(m, n, k, sms) if m >= WIDE_MIN_M else _config_mid(m, n, sms)
     return _config_table(m)
+
+
+def _gemm_fallback(m: int, n: int, k: int, device: torch.device) -> dict:
+    """The pointer GEMM's tiles for a launch whose config cannot serve it (a GEMV config above 16 tokens or on a
+    strided weight, a TMA config on a weight TMA cannot describe)."""
+    if m >= WIDE_MIN_M:
+        return _config_wide(m, n, k, num_sms(device))
+    return _config_table(max(m, 3))
+
+
+WIDE_MIN_M = 65  # from here `_config_wide` picks the tiles by the layer's shape; 17..64 `_config_mid`
+
+
+def _config_mid(m: int, n: int, sms: int) -> dict:
+    """17..64 tokens (session 14; bench/results/h100/kernels_s14/README.md, call 3: 13 variants of session 3's
+    64 x 64 tiles at 32 and 64 tokens on the 8 Llama-3 shapes). Two things won nearly everywhere: no split-K past one
+    program per SM ("fit"), and the quantizer and GEMM launched under PDL as at 3..16 tokens ("qwait", 2048 bytes
+    of each weight row prefetched). Which tiles:
+    - up to 32 tokens, where 16-token tiles make at most two programs per SM: `_config_s8`'s 16 x 64 tiles with the
+      token tiles of a weight tile side by side (8B k/v at M = 32: 13.97 -> 7.65 us, 8B down 40.33 -> 28.73 us);
+    - otherwise 64-token tiles on 8 warps (8B gate/up at M = 32 33.24 -> 25.10 us; 8B down at M = 64 41.23 -> 34.31).
+    Median speedup over fp16 on the 8 shapes, served -> this rule (same call): M = 32 1.19x -> 1.62x, M = 64 1.20x ->
+    1.44x; no shape more than 0.1% slower."""
+    if m <= 32 and triton.cdiv(m, 16) * triton.cdiv(n, 64) <= 2 * sms:
+        return {"BM": 16, "BN": 64, "BK": 256, "num_warps": 4, "num_stages": 4, "fused": False, "fit": 1, "pdl": 2048,
+                "qwait": True, "qrecip": True, "m_fast": True}
+    return {"BM": 64, "BN": 64, "BK": 256, "num_warps": 8, "num_stages": 3, "fit": 1, "pdl": 2048, "qwait": True}
+
+
+def _config_wide(m: int, n: int, k: int, sms: int) -> dict:
+    """65+ tokens (session 14; bench/results/h100/kernels_s14/README.md, calls 1-2, H100, 8 Llama-3 shapes at 256 and
+    1024 tokens, 39 tile variants). What the sweep found against session 5's 64 x 128 tiles on 4 warps with K split
+    to two programs per SM:
+    - 8 warps, not 4: the 64 x 128 int32 accumulator took 166 registers a thread on 4 warps, 80 on 8 (ptxas, sm_90a);
+    - no split-K where the tiles already fill the GPU: the split's fp32 partials (M x N x 4 bytes per split) cost more
+      than the idle SMs (8B q/o at M = 256: 26.3 -> 16.0 us);
+    - where 128 x 256 tiles (128 tokens x 256 weight rows, 4 stages, 192 KB of shared memory) fill >= 3/4 of the SMs,
+      they do: each weight byte is read by half as many token tiles and each token by half as many weight tiles, which
+      at these sizes is what the L2 can feed (8B gate/up at M = 256: 42.1 -> 36.6 us; 70B gate/up 161.0 -> 135.9 us);
+    - otherwise the 64 x 128 tiles, one program per SM, or two with K split in two where K > 8192 (8B down: 52.5 ->
+      47.4 us).
+    M = 256 median speedup over fp16 (call 2): 1.03x -> 1.35x; M = 1024 every shape faster (e.g. 70B gate/up 563 ->
+    458 us)."""
+    wide = {"BM": 128, "BN": 256, "BK": 128, "num_warps": 8, "num_stages": 4, "m_fast": True, "split": 1, "qrecip": True}
+    if triton.cdiv(m, wide["BM"]) * triton.cdiv(n, wide["BN"]) * 4 >= 3 * sms:
+        return wide
+    return {"BM": 64, "BN": 128, "BK": 128, "num_warps": 8, "num_stages": 4, "m_fast": True, "fit": 1 if k <= 8192 else 2,
+            "qrecip": True}
 
 
 def _config_s8(m: int) -> dict:
@@ -466,8 +524,9 @@ def _config_pointer_gemm(m: int) -> dict:
 
 
 def _config_table(m: int) -> dict:
-    """The served config outside M = 3..16: session 5's table (`_config_pointer_gemm`, the sweeps' "old" baseline)
-    with the exact-reciprocal quantizer above 64 tokens (session 9, see `_config_s8`): M = 256 median 1.006x ->
+    """The served config at M <= 2 and 17..64 (and above 64 tokens where `_config` is not given the layer's shape):
+    session 5's table (`_config_pointer_gemm`, the sweeps' "old" baseline) with the exact-reciprocal quantizer above
+    64 tokens (session 9, see `_config_s8`): M = 256 median 1.006x ->
     1.027x over fp16 (M = 1024 shares it, untimed); and up to 2 tokens (the few-token GEMV) the quantizer launched with
     PDL ("qwait", session 13, bench/results/h100/kernels_s13/README.md, call 4): M = 2 faster on all 8 shapes (0.5-9%),
     median 1.786x -> 1.946x. At M = 256 the GEMM under PDL behind the quantizer was slower on every shape (median
@@ -506,7 +565,7 @@ def _launch_gemv(x2, weight, sw, out, cfg: dict) -> torch.Tensor:
     with "xf" on the fp16/bf16 x itself (one launch: every program quantizes the tokens it needs)."""
     m, k = x2.shape
     n = weight.shape[0]
-    pdl = bool(cfg.get("pdl", 0)) and not interpreting()
+    pdl = bool(cfg.get("pdl", 0)) and pdl_enabled(x2.device)
     chain = config_chain(cfg) if pdl else 0
     xf = bool(cfg.get("xf"))
     if xf:
@@ -540,20 +599,20 @@ def _launch(x, weight, w_scale, config: dict | None = None) -> torch.Tensor:
     out = torch.empty(m, n, device=x.device, dtype=x.dtype)
     if m == 0:
         return out.reshape(*lead, n)
-    cfg = dict(config or _config(m))
+    cfg = dict(config or _config(m, n, k, num_sms(x.device)))
     sw = w_scale.reshape(n)
     if cfg.get("kind") == "gemv" and m <= GEMV_TOKENS_MAX_M and weight.is_contiguous():
         return _launch_gemv(x2, weight, sw, out, cfg).reshape(*lead, n)
     if cfg.get("kind") == "tma":
         if w8a8_gemm_tma.supports(weight, n, k):
-            pdl = bool(cfg.get("pdl")) and not interpreting()
+            pdl = bool(cfg.get("pdl")) and pdl_enabled(x.device)
             xq, sx = _quantize(x2, cfg, pdl, 0)
             return w8a8_gemm_tma.launch(xq, sx, weight, sw, out, cfg, pdl=pdl).reshape(*lead, n)
-        cfg = _config_table(m)  # a weight TMA cannot take (strided, unaligned, pre-Hopper): the pointer GEMM
-    if "BK" not in cfg:  # a gemv config above GEMV_TOKENS_MAX_M tokens or on a strided weight: the GEMM's table
-        cfg = _config_table(max(m, 3))
+        cfg = _gemm_fallback(m, n, k, x.device)  # a weight TMA cannot take (strided, unaligned, pre-Hopper)
+    if "BK" not in cfg:  # a gemv config above GEMV_TOKENS_MAX_M tokens or on a strided weight
+        cfg = _gemm_fallback(m, n, k, x.device)
     fused = cfg.get("fused", m <= FUSED_QUANT_MAX_M)
-    pdl = cfg.get("pdl", 0) if not interpreting() else 0
+    pdl = cfg.get("pdl", 0) if pdl_enabled(x.device) else 0  # Hopper on (griddepcontrol), not the interpreter
     chain = config_chain(cfg) if pdl else 0
     if fused:
         xin, sx = x2, sw  # sx_ptr unused when quantizing in-kernel

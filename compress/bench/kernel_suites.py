@@ -122,9 +122,11 @@ def w8a8_dense(n: int, k: int, m: int, method: str, check: bool = True) -> dict:
         wq, ws = make_w8a8(n, k, "cuda", seed=n + k)
         x = torch.randn(m, k, device="cuda", generator=torch.Generator("cuda").manual_seed(m)).half()
         want = w8a8_linear_ref(x, wq, ws) if check else None
+        from kernels._common import num_sms
         from kernels.w8a8 import _config
 
-        _W8A8_DENSE[key] = runtime_paths(_w8a8_layer(n, k), (wq, ws), x, want, method, _kernel_label(_config(m)))
+        label = _kernel_label(_config(m, n, k, num_sms(x.device)))
+        _W8A8_DENSE[key] = runtime_paths(_w8a8_layer(n, k), (wq, ws), x, want, method, label)
         del wq, ws
     return _W8A8_DENSE[key]
 
@@ -217,7 +219,7 @@ def _path(cfg: dict) -> str:
         tiles = "x".join(str(cfg[t]) for t in ("BM", "BN", "BK", "BW") if t in cfg)
     extra = f" pdl{cfg['pdl']}" if cfg.get("pdl") else ""
     extra += "".join(f" {k}" if v is True else f" {k}{v}" for k, v in cfg.items()
-                     if k in ("waves", "fused", "m_fast", "chain", "fit", "deep", "xf", "qrecip") and v)
+                     if k in ("waves", "fused", "m_fast", "chain", "fit", "split", "deep", "xf", "qrecip") and v)
     return f"{kind} {tiles}/{cfg.get('num_warps', '')}w{extra}"
 
 
