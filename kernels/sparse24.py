@@ -13,8 +13,10 @@ Kernels:
 - `_sparse24_mma_kernel` (larger M): expands each (BN, BK/2) tile to dense (BN, BK) in registers and
   feeds the tensor cores (weights on the left, "swap AB").
 
+- `_densify_kernel`: the dense weight in one launch, for the runtime's "dequantize, then the dense GEMM" paths.
+
 Public: `sparse24_linear`, `sparse24_w8a8_linear` (custom ops compress::sparse24_linear and
-compress::sparse24_w8a8_linear) and their `*_ref` twins.
+compress::sparse24_w8a8_linear) and their `*_ref` twins; `densify_sparse24` (reference: unpack_sparse24).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from triton.language.extra.cuda import gdc_wait
 
 from kernels._common import (check_activation, check_device, interpreter_dot_f32, interpreting, pdl_enabled, plan_split_k,
                              splitk_buffers, splitk_epilogue, tuned_config)
-from kernels.w8a8 import ACT_EPS, _int8_codes, _quantize_tile, _row_scales, quantize_per_token, quantize_per_token_ref
+from kernels.w8a8 import ACT_EPS, _int8_codes, _quantize_tile, _row_scales, _split, quantize_per_token, quantize_per_token_ref
 
 GEMV_MAX_M = 4  # the PRMT GEMV re-reads the weights per token: above ~4 tokens the tensor-core kernel wins
 
@@ -361,9 +363,16 @@ def _sparse24_mma_kernel(
     BN: tl.constexpr,
     BM: tl.constexpr,
     BK: tl.constexpr,  # multiple of 32
+    XQ: tl.constexpr = False,  # INT8 with x quantized once before (config "xq"): x_ptr int8, sx_ptr its token scales
+    M_FAST: tl.constexpr = False,  # grid (m tiles, n tiles, split), as kernels/w8a8.py's m_fast
+    sx_ptr=None,
 ):
-    pid_n = tl.program_id(0)
-    pid_m = tl.program_id(1)
+    if M_FAST:
+        pid_m = tl.program_id(0)
+        pid_n = tl.program_id(1)
+    else:
+        pid_n = tl.program_id(0)
+        pid_m = tl.program_id(1)
     pid_s = tl.program_id(2)
     offs_n = pid_n * BN + tl.arange(0, BN)
     n_mask = offs_n < N
@@ -375,7 +384,10 @@ def _sparse24_mma_kernel(
     offs_k = tl.arange(0, BK)
     half_k = K // 2
 
-    if INT8:
+    if XQ:
+        sx = tl.load(sx_ptr + offs_m, mask=m_mask, other=0.0)
+        acc = tl.zeros([BN, BM], dtype=tl.int32)
+    elif INT8:
         sx = _row_scales(x_ptr, offs_m, m_mask, stride_xm, K, BK, EPS)
         acc = tl.zeros([BN, BM], dtype=tl.int32)
     else:
@@ -399,8 +411,10 @@ def _sparse24_mma_kernel(
                          tl.where(p1[:, :, None] == offs_c[None, None, :], v1[:, :, None], zero))  # (BN, G, 4)
         dense = tl.reshape(dense, [BN, BK])
         k_mask = (k0 + offs_k) < K
-        xt = tl.load(x_ptr + offs_m[None, :] * stride_xm + (k0 + offs_k)[:, None], mask=k_mask[:, None] & m_mask[None, :], other=0.0)
-        if INT8:
+        xt = tl.load(x_ptr + offs_m[None, :] * stride_xm + (k0 + offs_k)[:, None], mask=k_mask[:, None] & m_mask[None, :], other=0)
+        if XQ:
+            acc = tl.dot(dense, xt, acc, out_dtype=tl.int32)
+        elif INT8:
             acc = tl.dot(dense, _quantize_tile(xt, sx[None, :]), acc, out_dtype=tl.int32)
         elif DOT_F32:  # Triton's CPU interpreter multiplies bf16 bit patterns as integers
             acc = tl.dot(dense.to(tl.float32), xt.to(tl.float32), acc)
@@ -415,7 +429,67 @@ def _sparse24_mma_kernel(
     ptrs = out_ptr + offs_m[None, :] * stride_om + offs_n[:, None]
     local = tl.arange(0, BN)[:, None] * BM + tl.arange(0, BM)[None, :]
     splitk_epilogue(out, ptrs, n_mask[:, None] & m_mask[None, :], ws_ptr, lock_ptr, local,
-                    pid_m * tl.num_programs(0) + pid_n, pid_s, S, BN * BM)
+                    pid_m * tl.cdiv(N, BN) + pid_n, pid_s, S, BN * BM)
+
+
+@triton.jit
+def _densify_kernel(v_ptr, meta_ptr, out_ptr, N, G, VW, MW, WIDE: tl.constexpr, BN: tl.constexpr, BG: tl.constexpr):
+    """The dense weight of compress.sparse24 values + 2-bit positions, a group of 4 columns at a time, in 32-bit words
+    (the same bits as unpack_sparse24). v_ptr: the values as int32 words (N, VW); out_ptr: the dense weight as int32
+    words. int8 (WIDE False): a value word holds two groups, a group's 4 dense bytes are one output word. 16-bit
+    values (WIDE): a value word is one group, its dense columns are two output words. Whole words only: a tile of
+    (BN, G, 4) lanes reshaped to (BN, K) ran at 0.7 TB/s on the H100 (call 6 of bench/results/h100/kernels_s14/)."""
+    pid_n = tl.program_id(0)
+    pid_g = tl.program_id(1)
+    offs_n = (pid_n * BN + tl.arange(0, BN)).to(tl.int64)  # N * K can pass 2^31 on the largest layers
+    offs_g = pid_g * BG + tl.arange(0, BG)
+    mask = (offs_n < N)[:, None] & (offs_g < G)[None, :]
+    words = tl.load(meta_ptr + offs_n[:, None] * MW + (offs_g // 8)[None, :], mask=mask, other=0)  # 8 groups a word
+    shift = (4 * (offs_g % 8))[None, :]
+    p0 = (words >> shift) & 3  # the group's two kept columns, p0 < p1
+    p1 = (words >> (shift + 2)) & 3
+    if WIDE:
+        vw = tl.load(v_ptr + offs_n[:, None] * VW + offs_g[None, :], mask=mask, other=0)
+        v0 = vw & 0xFFFF
+        v1 = (vw >> 16) & 0xFFFF
+        lo = tl.where(p0 < 2, v0 << (16 * (p0 % 2)), 0) | tl.where(p1 < 2, v1 << (16 * (p1 % 2)), 0)  # columns 0-1
+        hi = tl.where(p0 >= 2, v0 << (16 * (p0 % 2)), 0) | tl.where(p1 >= 2, v1 << (16 * (p1 % 2)), 0)  # columns 2-3
+        offs_o = pid_g * 2 * BG + tl.arange(0, 2 * BG)
+        tl.store(out_ptr + offs_n[:, None] * (2 * G) + offs_o[None, :], tl.reshape(tl.join(lo, hi), [BN, 2 * BG]),
+                 mask=(offs_n < N)[:, None] & (offs_o < 2 * G)[None, :])
+    else:
+        vw = tl.load(v_ptr + offs_n[:, None] * VW + (offs_g // 2)[None, :], mask=mask, other=0)
+        half = (16 * (offs_g % 2))[None, :]
+        v0 = (vw >> half) & 0xFF
+        v1 = (vw >> (half + 8)) & 0xFF
+        tl.store(out_ptr + offs_n[:, None] * G + offs_g[None, :], (v0 << (8 * p0)) | (v1 << (8 * p1)), mask=mask)
+
+
+DENSIFY_TILE = (16, 256)  # (rows, groups of 4 columns) per program
+
+
+def densify_sparse24(values: torch.Tensor, meta: torch.Tensor, k: int) -> torch.Tensor:
+    """The dense (N, K) weight of compress.sparse24 values + meta, in one launch (unpack_sparse24 is the reference,
+    bit for bit; it also serves int8 layers whose K is not a multiple of 8). What the runtime's "dequantize, then
+    the dense GEMM" paths build per call above a few tokens, where torch's scatter took ~0.4 ms for Llama-3-8B's
+    down_proj (bench/results/h100/kernels_s14/README.md)."""
+    what = "densify_sparse24"
+    check_device(what, values, meta)
+    n = values.shape[0]
+    if k % 4 or tuple(values.shape) != (n, k // 2) or meta.dtype != torch.int32 or tuple(meta.shape) != (n, meta_words(k)):
+        raise CompressError(f"{what}: values {tuple(values.shape)} / meta {tuple(meta.shape)} {meta.dtype} do not "
+                            f"describe a ({n}, {k}) weight; expected ({n}, {k // 2}) and int32 ({n}, {meta_words(k)})")
+    wide = values.element_size() == 2
+    if not wide and (values.dtype != torch.int8 or k % 8):
+        return unpack_sparse24(values, meta, (n, k))
+    out = torch.empty(n, k, device=values.device, dtype=values.dtype)
+    if n:
+        bn, bg = DENSIFY_TILE
+        v32 = values.contiguous().view(torch.int32)
+        _densify_kernel[(triton.cdiv(n, bn), triton.cdiv(k // 4, bg))](
+            v32, meta.contiguous(), out.view(torch.int32), n, k // 4, v32.shape[1], meta.shape[1], WIDE=wide, BN=bn, BG=bg,
+            num_warps=4)
+    return out
 
 
 def _check(what, x, values, meta, w_scale):
@@ -515,14 +589,17 @@ def _launch(x, values, meta, w_scale, config: dict | None = None) -> torch.Tenso
         bk = cfg["BK"]
         n_tiles, m_tiles = triton.cdiv(n, cfg["BN"]), triton.cdiv(m, cfg["BM"])
         steps = triton.cdiv(k, bk)
-        split = cfg.get("split") or plan_split_k(n_tiles * m_tiles, steps, x.device, cfg.get("waves", 2.0))
+        split = _split(n_tiles * m_tiles, steps, cfg, x.device)  # "split", "fit" or "waves" (default 2)
         per = triton.cdiv(steps, split)
         split = triton.cdiv(steps, per)
         ws, locks = splitk_buffers(x.device, n_tiles * m_tiles, split, cfg["BN"] * cfg["BM"])
-        _sparse24_mma_kernel[(n_tiles, m_tiles, split)](
-            x2, values, meta, sw, out, ws, locks, m, n, k, mw, per * bk, split, x2.stride(0), n,
+        xq = int8 and bool(cfg.get("xq"))
+        xin, sx = quantize_per_token(x2, recip=True) if xq else (x2, None)
+        m_fast = bool(cfg.get("m_fast"))
+        _sparse24_mma_kernel[(m_tiles, n_tiles, split) if m_fast else (n_tiles, m_tiles, split)](
+            xin, values, meta, sw, out, ws, locks, m, n, k, mw, per * bk, split, xin.stride(0), n,
             INT8=int8, DOT_F32=interpreter_dot_f32(x.dtype) and not int8, EPS=ACT_EPS, BN=cfg["BN"], BM=cfg["BM"], BK=bk,
-            num_warps=cfg["num_warps"], num_stages=cfg.get("num_stages", 3),
+            XQ=xq, M_FAST=m_fast, sx_ptr=sx, num_warps=cfg["num_warps"], num_stages=cfg.get("num_stages", 3),
         )
     return out.reshape(*lead, n)
 

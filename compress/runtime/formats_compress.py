@@ -202,6 +202,10 @@ class Sparse24Linear(QuantLinear):
         return k.sparse24_linear(x2d, self.values, self.meta)
 
     def _dense(self):
+        """The dense weight for the "dequantize, then the dense GEMM" paths, built per call (keeping it would undo the
+        compression): one Triton launch where the kernels run, torch's scatter (unpack_sparse24) elsewhere."""
+        if kb.unavailable(self.values.device, "sparse24", "densify_sparse24") is None:
+            return kb.kernel_module("sparse24").densify_sparse24(self.values, self.meta, self.in_features)
         return _unpack_24(self.values, self.meta, (self.out_features, self.in_features))
 
     def _frag_key(self):
