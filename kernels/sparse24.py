@@ -433,46 +433,55 @@ def _sparse24_mma_kernel(
 
 
 @triton.jit
-def _densify_kernel(v_ptr, meta_ptr, out_ptr, N, G, VW, MW, WIDE: tl.constexpr, BN: tl.constexpr, BG: tl.constexpr):
-    """The dense weight of compress.sparse24 values + 2-bit positions, a group of 4 columns at a time, in 32-bit words
-    (the same bits as unpack_sparse24). v_ptr: the values as int32 words (N, VW); out_ptr: the dense weight as int32
-    words. int8 (WIDE False): a value word holds two groups, a group's 4 dense bytes are one output word. 16-bit
-    values (WIDE): a value word is one group, its dense columns are two output words. Whole words only: a tile of
-    (BN, G, 4) lanes reshaped to (BN, K) ran at 0.7 TB/s on the H100 (call 6 of bench/results/h100/kernels_s14/)."""
+def _densify_kernel(v_ptr, meta_ptr, out_ptr, N, G, VW, MW, WIDE: tl.constexpr, BN: tl.constexpr, BW: tl.constexpr):
+    """The dense weight of compress.sparse24 values + 2-bit positions in 32-bit words (the same bits as
+    unpack_sparse24). v_ptr: the values as int32 words (N, VW); out_ptr: the dense weight as int32 words (N, G) for
+    int8, (N, 2G) for 16-bit values; G = K / 4 groups of 4 columns, MW meta words of 8 groups each per row.
+    Each program loads BW consecutive meta words of BN rows and the value words they cover, contiguously (16-byte
+    loads), widens them in registers (tl.join) and writes whole words: int8, a value word holds two groups and a
+    group's 4 dense bytes are one output word; 16-bit, a value word is one group and its columns two output words.
+    H100 (bench/results/h100/kernels_s14/README.md, call 8), Llama-3-8B down_proj: 35.6 us int8, 68.1 us fp16, ~2.6
+    TB/s of bytes read + written; loading each meta word once per group instead (8 times) took 71.1 / 102.9 us, a
+    (BN, G, 4)-lane tile reshaped to (BN, K) 133.8 / 140.5 us, torch's scatter ~400 us."""
     pid_n = tl.program_id(0)
-    pid_g = tl.program_id(1)
-    offs_n = (pid_n * BN + tl.arange(0, BN)).to(tl.int64)  # N * K can pass 2^31 on the largest layers
-    offs_g = pid_g * BG + tl.arange(0, BG)
-    mask = (offs_n < N)[:, None] & (offs_g < G)[None, :]
-    words = tl.load(meta_ptr + offs_n[:, None] * MW + (offs_g // 8)[None, :], mask=mask, other=0)  # 8 groups a word
-    shift = (4 * (offs_g % 8))[None, :]
-    p0 = (words >> shift) & 3  # the group's two kept columns, p0 < p1
-    p1 = (words >> (shift + 2)) & 3
-    if WIDE:
-        vw = tl.load(v_ptr + offs_n[:, None] * VW + offs_g[None, :], mask=mask, other=0)
+    pid_w = tl.program_id(1)
+    offs_n = (pid_n * BN + tl.arange(0, BN)).to(tl.int64)
+    n_mask = (offs_n < N)[:, None]
+    offs_w = pid_w * BW + tl.arange(0, BW)
+    words = tl.load(meta_ptr + offs_n[:, None] * MW + offs_w[None, :], mask=n_mask & (offs_w < MW)[None, :], other=0)
+    shift = (4 * tl.arange(0, 8))[None, None, :]
+    p0 = (words[:, :, None] >> shift) & 3  # (BN, BW, 8): 8 groups per meta word
+    p1 = (words[:, :, None] >> (shift + 2)) & 3
+    offs_g = pid_w * BW * 8 + tl.arange(0, BW * 8)  # the groups of these words, in order
+    g_mask = n_mask & (offs_g < G)[None, :]
+    if WIDE:  # one value word per group
+        vw = tl.reshape(tl.load(v_ptr + offs_n[:, None] * VW + offs_g[None, :], mask=g_mask, other=0), [BN, BW, 8])
         v0 = vw & 0xFFFF
         v1 = (vw >> 16) & 0xFFFF
-        lo = tl.where(p0 < 2, v0 << (16 * (p0 % 2)), 0) | tl.where(p1 < 2, v1 << (16 * (p1 % 2)), 0)  # columns 0-1
-        hi = tl.where(p0 >= 2, v0 << (16 * (p0 % 2)), 0) | tl.where(p1 >= 2, v1 << (16 * (p1 % 2)), 0)  # columns 2-3
-        offs_o = pid_g * 2 * BG + tl.arange(0, 2 * BG)
-        tl.store(out_ptr + offs_n[:, None] * (2 * G) + offs_o[None, :], tl.reshape(tl.join(lo, hi), [BN, 2 * BG]),
-                 mask=(offs_n < N)[:, None] & (offs_o < 2 * G)[None, :])
-    else:
-        vw = tl.load(v_ptr + offs_n[:, None] * VW + (offs_g // 2)[None, :], mask=mask, other=0)
-        half = (16 * (offs_g % 2))[None, :]
+        lo = tl.where(p0 < 2, v0 << (16 * (p0 % 2)), 0) | tl.where(p1 < 2, v1 << (16 * (p1 % 2)), 0)
+        hi = tl.where(p0 >= 2, v0 << (16 * (p0 % 2)), 0) | tl.where(p1 >= 2, v1 << (16 * (p1 % 2)), 0)
+        offs_o = pid_w * BW * 16 + tl.arange(0, BW * 16)
+        tl.store(out_ptr + offs_n[:, None] * (2 * G) + offs_o[None, :], tl.reshape(tl.join(lo, hi), [BN, BW * 16]),
+                 mask=n_mask & (offs_o < 2 * G)[None, :])
+    else:  # one value word per two groups: each word widened to both
+        offs_v = pid_w * BW * 4 + tl.arange(0, BW * 4)
+        vw = tl.load(v_ptr + offs_n[:, None] * VW + offs_v[None, :], mask=n_mask & (offs_v < VW)[None, :], other=0)
+        vw = tl.reshape(tl.join(vw, vw), [BN, BW, 8])  # group j of a meta word: value word j // 2
+        half = (16 * (tl.arange(0, 8) % 2))[None, None, :]
         v0 = (vw >> half) & 0xFF
         v1 = (vw >> (half + 8)) & 0xFF
-        tl.store(out_ptr + offs_n[:, None] * G + offs_g[None, :], (v0 << (8 * p0)) | (v1 << (8 * p1)), mask=mask)
+        tl.store(out_ptr + offs_n[:, None] * G + offs_g[None, :], tl.reshape((v0 << (8 * p0)) | (v1 << (8 * p1)), [BN, BW * 8]),
+                 mask=g_mask)
 
 
-DENSIFY_TILE = (16, 256)  # (rows, groups of 4 columns) per program
+DENSIFY_TILE = (16, 32)  # (rows, meta words = 8 groups each) per program
 
 
 def densify_sparse24(values: torch.Tensor, meta: torch.Tensor, k: int) -> torch.Tensor:
     """The dense (N, K) weight of compress.sparse24 values + meta, in one launch (unpack_sparse24 is the reference,
     bit for bit; it also serves int8 layers whose K is not a multiple of 8). What the runtime's "dequantize, then
     the dense GEMM" paths build per call above a few tokens, where torch's scatter took ~0.4 ms for Llama-3-8B's
-    down_proj (bench/results/h100/kernels_s14/README.md)."""
+    down_proj (bench/results/h100/kernels_s14/README.md, calls 7-8: 35.6 us now for int8)."""
     what = "densify_sparse24"
     check_device(what, values, meta)
     n = values.shape[0]
@@ -484,10 +493,10 @@ def densify_sparse24(values: torch.Tensor, meta: torch.Tensor, k: int) -> torch.
         return unpack_sparse24(values, meta, (n, k))
     out = torch.empty(n, k, device=values.device, dtype=values.dtype)
     if n:
-        bn, bg = DENSIFY_TILE
         v32 = values.contiguous().view(torch.int32)
-        _densify_kernel[(triton.cdiv(n, bn), triton.cdiv(k // 4, bg))](
-            v32, meta.contiguous(), out.view(torch.int32), n, k // 4, v32.shape[1], meta.shape[1], WIDE=wide, BN=bn, BG=bg,
+        bn, bw = DENSIFY_TILE
+        _densify_kernel[(triton.cdiv(n, bn), triton.cdiv(meta.shape[1], bw))](
+            v32, meta.contiguous(), out.view(torch.int32), n, k // 4, v32.shape[1], meta.shape[1], WIDE=wide, BN=bn, BW=bw,
             num_warps=4)
     return out
 

@@ -8,7 +8,7 @@ and M, each timed by compress.bench.kernel_timing.checked_call_us (rotating weig
 - the mma kernel with the served config and the variants below (int8: "xq", x quantized once before the kernel).
 
 Usage (repository root, GPU machine): python3 bench/results/h100/kernels_s14/sp24_sweep.py OUT  (env SP_MS, SP_SHAPES;
-SP_DENSE_ONLY=1: the densify and dense rows only, no mma kernel arms -- call 7, after the word-wise densify)
+SP_DENSE_ONLY=1: the densify and dense rows only, no mma kernel arms -- calls 7-8)
 -> OUT/sp24_sweep.json and one line per row.
 """
 
@@ -51,6 +51,8 @@ def main():
         wq, ws = make_w8a8(n, k, "cuda", seed=n + k)
         w16 = torch.randn(n, k, device="cuda").half()
         r0 = {"n": n, "k": k}
+        # calls 6-8 timed three densify kernels in turn (commits afab27f and its successor; call 8 two in one process:
+        # "densify_*" the per-group one, "densify_*_rows" the whole-word one kept in kernels/sparse24.py)
         r0["densify_i8_us"] = kt.call_ms(lambda p: densify_sparse24(p["values"], p["meta"], k), p8) * 1000
         r0["densify_f16_us"] = kt.call_ms(lambda p: densify_sparse24(p["values"], p["meta"], k), p16) * 1000
         for m in MS:
