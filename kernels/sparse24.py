@@ -10,8 +10,10 @@ Kernels:
   int8 runs on activations quantized once by kernels.w8a8.quantize_per_token and multiplies with dp4a.
 - `_sparse24_gemv_kernel` ("gemv"): session 2's select-based GEMV, kept for the sweeps and for int8 layers
   whose in_features is not a multiple of 8.
-- `_sparse24_mma_kernel` (larger M): expands each (BN, BK/2) tile to dense (BN, BK) in registers and
-  feeds the tensor cores (weights on the left, "swap AB").
+- `_sparse24_tc_kernel` ("tc", 2..64 tokens; session 14): widens whole meta / value words to the dense tile in
+  registers (`_expand_words`, the math of `_densify_kernel`) and feeds the tensor cores (weights on the left).
+- `_sparse24_mma_kernel` ("mma", above 64 tokens): expands each (BN, BK/2) tile lane by lane through a (BN, BK/4, 4)
+  select and reshape; 5-10x slower than "tc" where both were timed (session 14, call 9).
 
 - `_densify_kernel`: the dense weight in one launch, for the runtime's "dequantize, then the dense GEMM" paths.
 
@@ -34,6 +36,15 @@ from kernels._common import (check_activation, check_device, interpreter_dot_f32
 from kernels.w8a8 import ACT_EPS, _int8_codes, _quantize_tile, _row_scales, _split, quantize_per_token, quantize_per_token_ref
 
 GEMV_MAX_M = 4  # the PRMT GEMV re-reads the weights per token: above ~4 tokens the tensor-core kernel wins
+# `_sparse24_tc_kernel`'s config from 2 tokens (fp16/bf16) or 5 (int8; the fused PRMT GEMV below) to TC_MAX_M. Session
+# 14's H100 sweep (bench/results/h100/kernels_s14/, call 9: 6 tile configs on the 8 Llama-3 shapes at 2..64 tokens):
+# 64 weight rows x 256 columns (8 meta words) a step on 4 warps, no split-K past one program per SM. Median over dense
+# fp16 of the 2:4 fp16 layers, the kernel before -> this: M = 2 0.90x -> 0.94x, 4 0.45x -> 0.95x, 8 0.19x -> 0.94x,
+# 16 0.19x -> 0.93x, 32 0.18x -> 0.90x, 64 0.17x -> 0.72x (int8: 0.12-0.18x -> 0.83-0.89x at 8..64 tokens, where the
+# runtime's CUDA mma.sp GEMV serves most layers). Above 64 tokens it was not measured: the expand kernel stays, and the
+# runtime's path table picks densify + the dense GEMM there.
+TC_MAX_M = 64
+TC_CONFIG = {"kind": "tc", "BN": 64, "BW": 8, "num_warps": 4, "num_stages": 3, "fit": 1}
 
 
 @triton.jit
@@ -501,6 +512,136 @@ def densify_sparse24(values: torch.Tensor, meta: torch.Tensor, k: int) -> torch.
     return out
 
 
+@triton.jit
+def _expand_words(v_ptr, offs_n, n_mask, words, w0, VW, WIDE: tl.constexpr, BN: tl.constexpr, BW: tl.constexpr,
+                  VDT: tl.constexpr):
+    """The dense (BN, 32 * BW) weight tile of the meta words `words` (BN, BW) (words w0 .. w0 + BW - 1 of each row),
+    widened in registers as `_densify_kernel` does; VDT the values' dtype (fp16 / bf16 / int8). The value words'
+    offsets are one arange, so the loads stay 16-byte wide."""
+    shift = (4 * tl.arange(0, 8))[None, None, :]
+    p0 = (words[:, :, None] >> shift) & 3  # (BN, BW, 8): 8 groups per meta word, p0 < p1
+    p1 = (words[:, :, None] >> (shift + 2)) & 3
+    if WIDE:  # one value word (two 16-bit values) per group
+        offs_v = w0 * 8 + tl.arange(0, BW * 8)
+        vw = tl.load(v_ptr + offs_n[:, None] * VW + offs_v[None, :], mask=n_mask[:, None] & (offs_v < VW)[None, :], other=0)
+        vw = tl.reshape(vw, [BN, BW, 8])
+        v0 = vw & 0xFFFF
+        v1 = (vw >> 16) & 0xFFFF
+        c0 = tl.where(p0 == 0, v0, 0) | tl.where(p1 == 0, v1, 0)  # p0 < p1: column 0 can only be p0, 3 only p1
+        c1 = tl.where(p0 == 1, v0, 0) | tl.where(p1 == 1, v1, 0)
+        c2 = tl.where(p0 == 2, v0, 0) | tl.where(p1 == 2, v1, 0)
+        c3 = tl.where(p1 == 3, v1, 0)
+        dense = tl.reshape(tl.join(tl.join(c0, c2), tl.join(c1, c3)), [BN, BW * 32]).to(tl.int16)
+        return dense.to(VDT, bitcast=True)
+    else:  # int8: one value word per two groups
+        offs_v = w0 * 4 + tl.arange(0, BW * 4)
+        vw = tl.load(v_ptr + offs_n[:, None] * VW + offs_v[None, :], mask=n_mask[:, None] & (offs_v < VW)[None, :], other=0)
+        vw = tl.reshape(tl.join(vw, vw), [BN, BW, 8])  # group j of a meta word: value word j // 2
+        half = (16 * (tl.arange(0, 8) % 2))[None, None, :]
+        v0 = (vw >> half) & 0xFF
+        v1 = (vw >> (half + 8)) & 0xFF
+        c0 = tl.where(p0 == 0, v0, 0) | tl.where(p1 == 0, v1, 0)
+        c1 = tl.where(p0 == 1, v0, 0) | tl.where(p1 == 1, v1, 0)
+        c2 = tl.where(p0 == 2, v0, 0) | tl.where(p1 == 2, v1, 0)
+        c3 = tl.where(p1 == 3, v1, 0)
+        dense = tl.reshape(tl.join(tl.join(c0, c2), tl.join(c1, c3)), [BN, BW * 32])
+        return dense.to(tl.int8)  # the low byte: two's complement wraps 128..255 to -128..-1
+
+
+@triton.jit
+def _sparse24_tc_kernel(
+    x_ptr,  # (M, K) fp16/bf16, or int8 codes of quantize_per_token (INT8)
+    sx_ptr,  # (M,) token scales (INT8)
+    v_ptr,  # values as int32 words (N, VW)
+    meta_ptr,  # (N, MW) int32
+    sw_ptr,  # (N,) channel scales (INT8)
+    out_ptr,  # (M, N)
+    ws_ptr,
+    lock_ptr,
+    M,
+    N,
+    K,
+    VW,
+    MW,
+    W_PER_SPLIT,  # meta words per K split, a multiple of BW
+    S,
+    stride_xm,
+    stride_om,
+    INT8: tl.constexpr,
+    VDT: tl.constexpr,
+    DOT_F32: tl.constexpr,
+    BN: tl.constexpr,
+    BM: tl.constexpr,
+    BW: tl.constexpr,  # meta words per K step: 32 * BW columns
+    M_FAST: tl.constexpr,
+):
+    """2:4 tensor-core GEMM (weights on the left, "swap AB"): each K step loads BW meta words of BN rows and the value
+    words they cover (16-byte loads), widens them to the dense tile in registers (`_expand_words`) and feeds tl.dot.
+    The weights are read once at 0.53 (fp16) / 0.56 (int8) of their dense bytes."""
+    if M_FAST:
+        pid_m = tl.program_id(0)
+        pid_n = tl.program_id(1)
+    else:
+        pid_n = tl.program_id(0)
+        pid_m = tl.program_id(1)
+    pid_s = tl.program_id(2)
+    offs_n = (pid_n * BN + tl.arange(0, BN)).to(tl.int64)
+    n_mask = offs_n < N
+    offs_m = pid_m * BM + tl.arange(0, BM)
+    m_mask = offs_m < M
+    acc = tl.zeros([BN, BM], dtype=tl.int32 if INT8 else tl.float32)
+    w_start = pid_s * W_PER_SPLIT
+    for ww in range(0, W_PER_SPLIT, BW):
+        offs_w = w_start + ww + tl.arange(0, BW)
+        words = tl.load(meta_ptr + offs_n[:, None] * MW + offs_w[None, :], mask=n_mask[:, None] & (offs_w < MW)[None, :],
+                        other=0)
+        dense = _expand_words(v_ptr, offs_n, n_mask, words, w_start + ww, VW, not INT8, BN, BW, VDT)
+        offs_k = (w_start + ww) * 32 + tl.arange(0, BW * 32)
+        xt = tl.load(x_ptr + offs_m[None, :] * stride_xm + offs_k[:, None], mask=(offs_k < K)[:, None] & m_mask[None, :],
+                     other=0)
+        if INT8:
+            acc = tl.dot(dense, xt, acc, out_dtype=tl.int32)
+        elif DOT_F32:  # Triton's CPU interpreter multiplies bf16 bit patterns as integers
+            acc = tl.dot(dense.to(tl.float32), xt.to(tl.float32), acc)
+        else:
+            acc = tl.dot(dense, xt, acc)
+    if INT8:
+        sw = tl.load(sw_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)
+        sx = tl.load(sx_ptr + offs_m, mask=m_mask, other=0.0)
+        out = acc.to(tl.float32) * sw[:, None] * sx[None, :]
+    else:
+        out = acc
+    ptrs = out_ptr + offs_m[None, :] * stride_om + offs_n[:, None]
+    local = tl.arange(0, BN)[:, None] * BM + tl.arange(0, BM)[None, :]
+    splitk_epilogue(out, ptrs, n_mask[:, None] & m_mask[None, :], ws_ptr, lock_ptr, local,
+                    pid_m * tl.cdiv(N, BN) + pid_n, pid_s, S, BN * BM)
+
+
+def _launch_tc(x2, values, meta, sw, out, cfg: dict) -> torch.Tensor:
+    """`_sparse24_tc_kernel` (config kind "tc"): int8 values on x quantized once (quantize_per_token), 16-bit values
+    on x as it is. K split by the config's "split" / "fit" / "waves" (kernels.w8a8._split)."""
+    m, k = x2.shape
+    n = values.shape[0]
+    int8 = values.dtype == torch.int8
+    v32 = values.contiguous().view(torch.int32)
+    mw = meta.shape[1]
+    bw = cfg["BW"]
+    n_tiles, m_tiles = triton.cdiv(n, cfg["BN"]), triton.cdiv(m, cfg["BM"])
+    steps = triton.cdiv(mw, bw)
+    split = _split(n_tiles * m_tiles, steps, cfg, x2.device)
+    per = triton.cdiv(steps, split)
+    split = triton.cdiv(steps, per)
+    ws, locks = splitk_buffers(x2.device, n_tiles * m_tiles, split, cfg["BN"] * cfg["BM"])
+    xin, sx = quantize_per_token(x2, recip=True) if int8 else (x2, None)
+    vdt = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.int8: tl.int8}[values.dtype]
+    m_fast = bool(cfg.get("m_fast"))
+    _sparse24_tc_kernel[(m_tiles, n_tiles, split) if m_fast else (n_tiles, m_tiles, split)](
+        xin, sx, v32, meta.contiguous(), sw, out, ws, locks, m, n, k, v32.shape[1], mw, per * bw, split, xin.stride(0),
+        out.stride(0), INT8=int8, VDT=vdt, DOT_F32=interpreter_dot_f32(x2.dtype) and not int8, BN=cfg["BN"], BM=cfg["BM"],
+        BW=bw, M_FAST=m_fast, num_warps=cfg["num_warps"], num_stages=cfg.get("num_stages", 3))
+    return out
+
+
 def _check(what, x, values, meta, w_scale):
     check_device(what, x, values, meta, w_scale)
     if values.dim() != 2 or meta.dim() != 2:
@@ -518,8 +659,8 @@ def _check(what, x, values, meta, w_scale):
 
 
 def _config(m: int, int8: bool = False) -> dict:
-    """Kernel and tiles by M (measured on the H100: bench/results/h100/kernels/NOTES.md). M=1: the PRMT
-    GEMV; above, the expand-to-dense tensor-core kernel."""
+    """Kernel and tiles by M (measured on the H100: bench/results/h100/kernels/NOTES.md, kernels_s14/). One token
+    (int8: up to 4): the PRMT GEMV; to TC_MAX_M the word-widening tensor-core kernel; above, the expand kernel."""
     tuned = tuned_config("sparse24-int8" if int8 else "sparse24-fp16", m)
     if tuned:
         return tuned
@@ -527,8 +668,10 @@ def _config(m: int, int8: bool = False) -> dict:
         # in every program, no quantizer launch: 2.19x over fp16 at M = 1, median of the 8 Llama-3 shapes (1.90x with
         # the quantizer launch and PDL)
         return {"kind": "prmt", "BN": 32, "BW": 16, "num_warps": 8, "waves": 2, "fused": True}
-    if m <= GEMV_MAX_M:  # the H100 sweep of 2026-11-22 (bench/results/h100/kernels/tuned.json); session 5's confirms it
+    if m == 1:  # the H100 sweep of 2026-11-22 (bench/results/h100/kernels/tuned.json); session 5's confirms it
         return {"kind": "prmt", "BN": 16, "BW": 8, "num_warps": 4, "waves": 4}
+    if m <= TC_MAX_M:  # session 14 (bench/results/h100/kernels_s14/README.md, call 9): `_sparse24_tc_kernel`
+        return dict(TC_CONFIG, BM=max(16, triton.next_power_of_2(m)))
     if m <= 16:
         return {"kind": "mma", "BM": 16, "BN": 64, "BK": 128, "num_warps": 4, "num_stages": 3}
     if m <= 64:
@@ -553,6 +696,10 @@ def _launch(x, values, meta, w_scale, config: dict | None = None) -> torch.Tenso
     cfg = dict(config or _config(m, int8))
     sw = w_scale.reshape(n) if int8 else values  # sw_ptr unused unless INT8
     mw = meta_words(k)
+    if cfg["kind"] == "tc" and (not int8 or k % 8 == 0):
+        return _launch_tc(x2, values, meta, sw if int8 else None, out, cfg).reshape(*lead, n)
+    if cfg["kind"] == "tc":  # int8 values with K not a multiple of 8: no 32-bit value words; the expand kernel
+        cfg = {"kind": "mma", "BM": 16, "BN": 64, "BK": 128, "num_warps": 4, "num_stages": 3}
     if cfg["kind"] == "prmt" and (not int8 or k % 8 == 0):
         bw = cfg["BW"]
         n_tiles = triton.cdiv(n, cfg["BN"])

@@ -1,0 +1,109 @@
+"""Session 14: the 2:4 tensor-core GEMM that widens whole meta / value words in registers
+(`kernels.sparse24._sparse24_tc_kernel`, config kind "tc") against the plain-torch references, the configs that
+serve it, and its sm_90 build."""
+
+import pytest
+import torch
+
+from kernels.cases import LLAMA_SHAPES, make_sparse24
+from kernels.sparse24 import TC_CONFIG, TC_MAX_M, _config, _launch, sparse24_linear_ref, sparse24_w8a8_linear_ref
+
+from tests.test_kernels_w8a8 import compile_for_the_h100
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+TOL = {torch.float16: 3e-3, torch.bfloat16: 1.2e-2, torch.int8: 3e-3}
+# Small tiles for the interpreter: several K steps, a split, token and weight tiles past the edges.
+CONFIGS = {"split2": {"kind": "tc", "BM": 16, "BN": 32, "BW": 2, "num_warps": 4, "split": 2},
+           "fit-mfast": {"kind": "tc", "BM": 32, "BN": 16, "BW": 1, "num_warps": 4, "fit": 1, "m_fast": True},
+           "served": dict(TC_CONFIG, BM=16)}
+
+
+def rel_err(a, b):
+    assert torch.isfinite(a.float()).all()
+    return ((a.float() - b.float()).norm() / b.float().norm()).item()
+
+
+def run(m, n, k, dtype, cfg, device=DEVICE, seed=1):
+    p = make_sparse24(n, k, dtype, device, seed=seed)
+    x = torch.randn(m, k, device=device).to(torch.float16 if dtype == torch.int8 else dtype)
+    if dtype == torch.int8:
+        return _launch(x, p["values"], p["meta"], p["w_scale"], cfg), sparse24_w8a8_linear_ref(x, p["values"], p["meta"], p["w_scale"])
+    return _launch(x, p["values"], p["meta"], None, cfg), sparse24_linear_ref(x, p["values"], p["meta"])
+
+
+@pytest.mark.parametrize("cfg", list(CONFIGS), ids=list(CONFIGS))
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.int8])
+@pytest.mark.parametrize("shape", [(20, 33, 96), (70, 72, 160), (5, 40, 288), (1, 64, 40), (3, 17, 1064)])
+def test_tc_matches_reference(shape, dtype, cfg):
+    # K not a multiple of a meta word (40, 1064 = 33.25 words), odd N, M across token tiles
+    got, want = run(*shape, dtype, CONFIGS[cfg])
+    assert got.shape == want.shape and got.dtype == want.dtype
+    assert rel_err(got, want) < TOL[dtype]
+
+
+def test_int8_tc_is_exact_int32_sums():
+    # x quantized once, exact int32 products and sums, one fp32 epilogue: no split, so the W8A8 reference's bits
+    # up to its own fp32 rounding of the same sums (rel err 0 on these shapes in the interpreter)
+    got, want = run(20, 33, 96, torch.int8, CONFIGS["served"])
+    assert rel_err(got, want) < 1e-6
+
+
+def test_int8_tc_with_k_not_a_multiple_of_8_takes_the_expand_kernel():
+    got, want = run(4, 16, 36, torch.int8, dict(TC_CONFIG, BM=16))  # no whole 32-bit value words
+    assert rel_err(got, want) < TOL[torch.int8]
+
+
+def test_config_rule():
+    assert _config(1)["kind"] == "prmt" and _config(4, True)["kind"] == "prmt"  # one token / the fused int8 GEMV
+    for m, int8 in ((2, False), (5, True), (17, False), (TC_MAX_M, True)):
+        cfg = _config(m, int8)
+        assert cfg["kind"] == "tc" and cfg["BM"] == max(16, 1 << (m - 1).bit_length()), (m, int8)
+    assert _config(TC_MAX_M + 1)["kind"] == "mma"
+
+
+_AOT = """
+import triton
+import triton.language as tl
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+import kernels.sparse24 as sp
+
+fn = sp._sparse24_tc_kernel
+n = 0
+for int8 in (False, True):
+    for bm in (16, 64):
+        ptrs = dict(x_ptr="*i8" if int8 else "*fp16", sx_ptr="*fp32", v_ptr="*i32", meta_ptr="*i32", sw_ptr="*fp32",
+                    out_ptr="*fp16", ws_ptr="*fp32", lock_ptr="*i32")
+        cfg = sp.TC_CONFIG
+        consts = dict(INT8=int8, VDT=tl.int8 if int8 else tl.float16, DOT_F32=False, BN=cfg["BN"], BM=bm, BW=cfg["BW"],
+                      M_FAST=False)
+        if not int8:
+            consts.update(sx_ptr=None, sw_ptr=None)
+        sig = {a: "constexpr" if a in consts else ptrs.get(a, "i32") for a in fn.arg_names}
+        src = ASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(a),): v for a, v in consts.items()})
+        k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                           options={"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]})
+        assert "wgmma" in k.asm["ptx"] and k.metadata.shared <= 227 * 1024, (int8, bm, k.metadata.shared)
+        n += 1
+print("compiled", n)
+"""
+
+
+def test_tc_compiles_for_the_h100():
+    compile_for_the_h100(_AOT, "compiled 4")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.int8])
+@pytest.mark.parametrize("m", [2, 5, 16, 64])
+@pytest.mark.parametrize("shape", LLAMA_SHAPES, ids=[s[0] for s in LLAMA_SHAPES])
+def test_tc_llama_shapes_gpu(shape, m, dtype):
+    _, n, k = shape
+    if dtype == torch.int8 and m < 5:
+        pytest.skip("int8 at <= 4 tokens is the fused PRMT GEMV")
+    cfg = _config(m, dtype == torch.int8)
+    assert cfg["kind"] == "tc"
+    got, want = run(m, n, k, dtype, cfg, device="cuda", seed=n + k)
+    assert rel_err(got, want) < TOL[dtype]
