@@ -41,8 +41,11 @@ GEMV_MAX_M = 4  # the PRMT GEMV re-reads the weights per token: above ~4 tokens 
 # 64 weight rows x 256 columns (8 meta words) a step on 4 warps, no split-K past one program per SM. Median over dense
 # fp16 of the 2:4 fp16 layers, the kernel before -> this: M = 2 0.90x -> 0.94x, 4 0.45x -> 0.95x, 8 0.19x -> 0.94x,
 # 16 0.19x -> 0.93x, 32 0.18x -> 0.90x, 64 0.17x -> 0.72x (int8: 0.12-0.18x -> 0.83-0.89x at 8..64 tokens, where the
-# runtime's CUDA mma.sp GEMV serves most layers). Above 64 tokens it was not measured: the expand kernel stays, and the
-# runtime's path table picks densify + the dense GEMM there.
+# runtime's CUDA mma.sp GEMV serves most layers). Call 10, around it: K split to two programs per SM ("fit": 2) from 5
+# tokens, M = 8 / 16 / 32 fp16 0.956x / 0.938x / 0.916x -> 1.037x / 1.030x / 1.002x (int8 0.89x / 0.91x / 0.91x ->
+# 0.98x / 1.00x / 1.00x, at 64 0.84x -> 0.92x); fp16 at 33..64 tokens 128-row tiles on 8 warps instead, 0.727x -> 0.810x.
+# Above 64 tokens it was not measured: the expand kernel stays, and the runtime's path table picks densify + the
+# dense GEMM there.
 TC_MAX_M = 64
 TC_CONFIG = {"kind": "tc", "BN": 64, "BW": 8, "num_warps": 4, "num_stages": 3, "fit": 1}
 
@@ -670,8 +673,11 @@ def _config(m: int, int8: bool = False) -> dict:
         return {"kind": "prmt", "BN": 32, "BW": 16, "num_warps": 8, "waves": 2, "fused": True}
     if m == 1:  # the H100 sweep of 2026-11-22 (bench/results/h100/kernels/tuned.json); session 5's confirms it
         return {"kind": "prmt", "BN": 16, "BW": 8, "num_warps": 4, "waves": 4}
-    if m <= TC_MAX_M:  # session 14 (bench/results/h100/kernels_s14/README.md, call 9): `_sparse24_tc_kernel`
-        return dict(TC_CONFIG, BM=max(16, triton.next_power_of_2(m)))
+    if m <= TC_MAX_M:  # session 14 (bench/results/h100/kernels_s14/README.md, calls 9-10): `_sparse24_tc_kernel`
+        cfg = dict(TC_CONFIG, BM=max(16, triton.next_power_of_2(m)))
+        if m > 32 and not int8:
+            return dict(cfg, BN=128, num_warps=8)
+        return dict(cfg, fit=2) if m > 4 else cfg
     if m <= 16:
         return {"kind": "mma", "BM": 16, "BN": 64, "BK": 128, "num_warps": 4, "num_stages": 3}
     if m <= 64:

@@ -41,11 +41,19 @@ def test_tc_matches_reference(shape, dtype, cfg):
     assert rel_err(got, want) < TOL[dtype]
 
 
-def test_int8_tc_is_exact_int32_sums():
-    # x quantized once, exact int32 products and sums, one fp32 epilogue: no split, so the W8A8 reference's bits
-    # up to its own fp32 rounding of the same sums (rel err 0 on these shapes in the interpreter)
-    got, want = run(20, 33, 96, torch.int8, CONFIGS["served"])
-    assert rel_err(got, want) < 1e-6
+def test_int8_tc_gives_the_dense_w8a8_bits():
+    # the same quantized x (quantize_per_token, exact reciprocal), exact int32 sums, the same fp32 epilogue: without a
+    # K split, bit for bit the dense W8A8 GEMM on the densified weight
+    from kernels.sparse24 import densify_sparse24
+    from kernels.w8a8 import _launch as w8a8_launch
+
+    m, n, k = 20, 33, 96
+    p = make_sparse24(n, k, torch.int8, DEVICE, seed=2)
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(3)).half().to(DEVICE)
+    got = _launch(x, p["values"], p["meta"], p["w_scale"], dict(TC_CONFIG, BM=16, fit=None, split=1))
+    dense = w8a8_launch(x, densify_sparse24(p["values"], p["meta"], k), p["w_scale"],
+                        {"BM": 16, "BN": 16, "BK": 32, "num_warps": 4, "fused": False, "split": 1, "qrecip": True})
+    assert torch.equal(got, dense)
 
 
 def test_int8_tc_with_k_not_a_multiple_of_8_takes_the_expand_kernel():

@@ -9,7 +9,7 @@ checked_call_us (rotating weights, quantizer inside the call):
 - each "tc" config below (BM = the token tile, at least 16).
 
 Usage (repository root, GPU machine): python3 bench/results/h100/kernels_s14/sp24_tc_sweep.py OUT  (env TC_MS,
-TC_SHAPES, TC_DTYPES) -> OUT/sp24_tc_sweep.json and one line per row.
+TC_SHAPES, TC_DTYPES, TC_SET) -> OUT/sp24_tc_sweep.json and one line per row.
 """
 
 from __future__ import annotations
@@ -33,6 +33,15 @@ TC = {"n64w4": dict(BN=64, BW=4, num_warps=4, num_stages=3, fit=1),
       "n64w8": dict(BN=64, BW=8, num_warps=4, num_stages=3, fit=1),
       "n64w4f2": dict(BN=64, BW=4, num_warps=4, num_stages=4, fit=2),
       "n128w4v2": dict(BN=128, BW=4, num_warps=8, num_stages=3)}
+# Call 10 (TC_SET=2): around call 9's winner n64w8, the served config since (deeper pipeline, 8 warps, other tile
+# widths, two programs per SM; 512-column steps spilled in the sm_90 build and were left out)
+if os.environ.get("TC_SET") == "2":
+    TC = {"n64w8": dict(BN=64, BW=8, num_warps=4, num_stages=3, fit=1),
+          "n64w8s4": dict(BN=64, BW=8, num_warps=4, num_stages=4, fit=1),
+          "n64w8x8": dict(BN=64, BW=8, num_warps=8, num_stages=3, fit=1),
+          "n32w8": dict(BN=32, BW=8, num_warps=4, num_stages=3, fit=1),
+          "n128w8x8": dict(BN=128, BW=8, num_warps=8, num_stages=3, fit=1),
+          "n64w8f2": dict(BN=64, BW=8, num_warps=4, num_stages=3, fit=2)}
 
 
 def main():
