@@ -183,6 +183,31 @@ def splitk_epilogue(vals, out_ptrs, mask, ws_ptr, lock_ptr, local, tile_id, pid_
             tl.atomic_xchg(lock_ptr + tile_id, 0)
 
 
+@triton.jit
+def swap_ab_pids(M_FAST: tl.constexpr):
+    """(token tile, weight tile) of a "swap AB" program (weights on the left, tokens on the right): the grid is
+    (m tiles, n tiles, split) with M_FAST (the token tiles of one weight tile side by side, so its weights come from
+    DRAM once and from L2 for the others), else (n tiles, m tiles, split)."""
+    if M_FAST:
+        pid_m = tl.program_id(0)
+        pid_n = tl.program_id(1)
+    else:
+        pid_m = tl.program_id(1)
+        pid_n = tl.program_id(0)
+    return pid_m, pid_n
+
+
+@triton.jit
+def swap_ab_store(out, out_ptr, stride_om, offs_n, n_mask, offs_m, m_mask, ws_ptr, lock_ptr, pid_n, pid_m, pid_s, S, N,
+                  BN: tl.constexpr, BM: tl.constexpr, ROUND: tl.constexpr = 1):
+    """Write a swap-AB program's fp32 (BN weight rows, BM tokens) tile to out (M, N), through split-K when S > 1
+    (`splitk_epilogue`; the tile's id counts weight tiles fastest)."""
+    ptrs = out_ptr + offs_m[None, :] * stride_om + offs_n[:, None]
+    local = tl.arange(0, BN)[:, None] * BM + tl.arange(0, BM)[None, :]
+    splitk_epilogue(out, ptrs, n_mask[:, None] & m_mask[None, :], ws_ptr, lock_ptr, local, pid_m * tl.cdiv(N, BN) + pid_n,
+                    pid_s, S, BN * BM, ROUND)
+
+
 _LOCKS: dict[torch.device, torch.Tensor] = {}
 MAX_TILES = 1 << 16
 

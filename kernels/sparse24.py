@@ -32,7 +32,7 @@ from compress.packing.sparse24 import meta_words, unpack_sparse24
 from triton.language.extra.cuda import gdc_wait
 
 from kernels._common import (check_activation, check_device, interpreter_dot_f32, interpreting, pdl_enabled, plan_split_k,
-                             splitk_buffers, splitk_epilogue, tuned_config)
+                             splitk_buffers, splitk_epilogue, swap_ab_pids, swap_ab_store, tuned_config)
 from kernels.w8a8 import ACT_EPS, _int8_codes, _quantize_tile, _row_scales, _split, quantize_per_token, quantize_per_token_ref
 
 GEMV_MAX_M = 4  # the PRMT GEMV re-reads the weights per token: above ~4 tokens the tensor-core kernel wins
@@ -381,12 +381,7 @@ def _sparse24_mma_kernel(
     M_FAST: tl.constexpr = False,  # grid (m tiles, n tiles, split), as kernels/w8a8.py's m_fast
     sx_ptr=None,
 ):
-    if M_FAST:
-        pid_m = tl.program_id(0)
-        pid_n = tl.program_id(1)
-    else:
-        pid_n = tl.program_id(0)
-        pid_m = tl.program_id(1)
+    pid_m, pid_n = swap_ab_pids(M_FAST)
     pid_s = tl.program_id(2)
     offs_n = pid_n * BN + tl.arange(0, BN)
     n_mask = offs_n < N
@@ -440,10 +435,8 @@ def _sparse24_mma_kernel(
         out = acc.to(tl.float32) * sw[:, None] * sx[None, :]
     else:
         out = acc
-    ptrs = out_ptr + offs_m[None, :] * stride_om + offs_n[:, None]
-    local = tl.arange(0, BN)[:, None] * BM + tl.arange(0, BM)[None, :]
-    splitk_epilogue(out, ptrs, n_mask[:, None] & m_mask[None, :], ws_ptr, lock_ptr, local,
-                    pid_m * tl.cdiv(N, BN) + pid_n, pid_s, S, BN * BM)
+    swap_ab_store(out, out_ptr, stride_om, offs_n, n_mask, offs_m, m_mask, ws_ptr, lock_ptr, pid_n, pid_m, pid_s, S, N,
+                  BN, BM)
 
 
 @triton.jit
@@ -581,12 +574,7 @@ def _sparse24_tc_kernel(
     """2:4 tensor-core GEMM (weights on the left, "swap AB"): each K step loads BW meta words of BN rows and the value
     words they cover (16-byte loads), widens them to the dense tile in registers (`_expand_words`) and feeds tl.dot.
     The weights are read once at 0.53 (fp16) / 0.56 (int8) of their dense bytes."""
-    if M_FAST:
-        pid_m = tl.program_id(0)
-        pid_n = tl.program_id(1)
-    else:
-        pid_n = tl.program_id(0)
-        pid_m = tl.program_id(1)
+    pid_m, pid_n = swap_ab_pids(M_FAST)
     pid_s = tl.program_id(2)
     offs_n = (pid_n * BN + tl.arange(0, BN)).to(tl.int64)
     n_mask = offs_n < N
@@ -614,10 +602,8 @@ def _sparse24_tc_kernel(
         out = acc.to(tl.float32) * sw[:, None] * sx[None, :]
     else:
         out = acc
-    ptrs = out_ptr + offs_m[None, :] * stride_om + offs_n[:, None]
-    local = tl.arange(0, BN)[:, None] * BM + tl.arange(0, BM)[None, :]
-    splitk_epilogue(out, ptrs, n_mask[:, None] & m_mask[None, :], ws_ptr, lock_ptr, local,
-                    pid_m * tl.cdiv(N, BN) + pid_n, pid_s, S, BN * BM)
+    swap_ab_store(out, out_ptr, stride_om, offs_n, n_mask, offs_m, m_mask, ws_ptr, lock_ptr, pid_n, pid_m, pid_s, S, N,
+                  BN, BM)
 
 
 def _launch_tc(x2, values, meta, sw, out, cfg: dict) -> torch.Tensor:

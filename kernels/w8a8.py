@@ -39,7 +39,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from kernels import w8a8_gemm_tma
 from kernels._common import (check_activation, check_device, config_chain, interpreting, num_sms, pdl_enabled,
-                             plan_split_k, pow2_floor, splitk_buffers, splitk_epilogue, tuned_config)
+                             plan_split_k, pow2_floor, splitk_buffers, swap_ab_pids, swap_ab_store, tuned_config)
 
 ACT_EPS = 1e-8
 # Above this M, quantize activations in a separate pass (see module docstring).
@@ -143,12 +143,7 @@ def _w8a8_kernel(
                               # program's start, 2 ("late") once its K loop is done (only the epilogue is left)
     ROUND: tl.constexpr = 1,  # split-K partials summed per round (splitk_epilogue): session 12's A/B of 4 (config "round")
 ):
-    if M_FAST:
-        pid_m = tl.program_id(0)
-        pid_n = tl.program_id(1)
-    else:
-        pid_n = tl.program_id(0)
-        pid_m = tl.program_id(1)
+    pid_m, pid_n = swap_ab_pids(M_FAST)
     pid_s = tl.program_id(2)
     offs_n = pid_n * BN + tl.arange(0, BN)
     n_mask = offs_n < N
@@ -187,10 +182,8 @@ def _w8a8_kernel(
 
     sw = tl.load(sw_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)
     out = acc.to(tl.float32) * sw[:, None] * sx[None, :]
-    ptrs = out_ptr + offs_m[None, :] * stride_om + offs_n[:, None]
-    local = tl.arange(0, BN)[:, None] * BM + tl.arange(0, BM)[None, :]
-    splitk_epilogue(out, ptrs, n_mask[:, None] & m_mask[None, :], ws_ptr, lock_ptr, local,
-                    pid_m * tl.cdiv(N, BN) + pid_n, pid_s, S, BN * BM, ROUND)
+    swap_ab_store(out, out_ptr, stride_om, offs_n, n_mask, offs_m, m_mask, ws_ptr, lock_ptr, pid_n, pid_m, pid_s, S, N,
+                  BN, BM, ROUND)
 
 
 @triton.jit
