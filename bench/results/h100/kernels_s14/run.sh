@@ -2,7 +2,7 @@
 # Session 14 device call (repository root, kind nvidia-h100-x1), OUT=$OUT, LIMIT seconds in all; stages in STAGES:
 #   m256   the W8A8 GEMM's tiles at 256 tokens (M256_VARIANTS, default m256_variants.json) on the 8 Llama-3 shapes,
 #          through session 13's w8a8_sweep.py (quantizer included, each arm twice in turn, the faster kept)
-#   tests  pytest argument sets in TEST_SETS (';' between them)
+#   tests  pytest argument sets in TEST_SETS (';' between them; each set is split on spaces, so no quoted -k expression)
 #   e2e    e2e_w8a8_ab.py: synthetic Llama-3-8B W8A8, session 13's tiles above 16 tokens vs this tree's, arms in turn
 #   table  `compress bench kernels $TABLE_ARGS` (default --suite w8a8) on the tree as it is
 # Every limit counts from the script's start, so a later stage gets what is left.
