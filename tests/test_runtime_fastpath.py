@@ -232,6 +232,30 @@ def test_path_table_measures_picks_the_fastest_and_rejects_wrong_outputs():
     assert t.run(key, cands[:1] + cands[2:], torch.device("cpu")).sum().item() == 4  # a vanished choice: the first
 
 
+def test_path_table_samples_in_rounds_so_a_slow_spell_hits_every_candidate():
+    # Three slow timed calls in a row (a transient of the machine): timed one candidate after the other they would be
+    # three of "a"'s five samples and its median; in rounds they are two of "a"'s and one of "b"'s.
+    import time
+
+    from compress.runtime.paths import PathTable
+
+    calls = []
+
+    def cand(name, ms):
+        def fn():
+            calls.append(name)
+            timed = len(calls) - 2  # the first two calls are the checks
+            time.sleep((ms + (3.0 if 1 <= timed <= 3 else 0)) / 1e3)  # all under the table's 5 ms single-sample cut
+            return torch.ones(4)
+        return fn
+
+    t = PathTable()
+    t.measure_on_cpu, t.cpu_samples = True, 5
+    t.run(("x", 4, 4, 2, "f"), [("a", cand("a", 0.2)), ("b", cand("b", 1.5))], torch.device("cpu"))
+    assert calls == ["a", "b"] + ["a", "b"] * 5 + ["a"]  # checks, five rounds, then the call the table serves
+    assert t.choice[("x", 4, 4, 2, "f")] == "a"
+
+
 @needs_triton
 def test_fast_path_with_every_gpu_path_measured_on_cpu(monkeypatch):
     """The GPU decode step (dense GEMV candidates, fused silu GEMV, Triton add+norm, attention kernels,

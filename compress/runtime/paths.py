@@ -8,7 +8,8 @@ kernels keep changing, so fixed thresholds go stale (last session's "dequantize 
 (layer kind, N, K, M, dtype) and keeps the winner for that key.
 
 Timing: each candidate once to compile/warm up, then CUDA-event timings of single calls, each after
-the L2 cache is overwritten and the GPU is kept busy (so the host's launch cost stays out), median.
+the L2 cache is overwritten and the GPU is kept busy (so the host's launch cost stays out), taken in
+rounds over the candidates, median per candidate.
 Every layer of one shape shares the decision. During CUDA-graph capture nothing is measured (a key
 not seen before takes the first candidate); on a CPU the first candidate always runs, unless
 `measure_on_cpu` is set (tests: the same selection logic, timed with the host clock, kernels in
@@ -32,6 +33,7 @@ _FLUSH_BYTES = 256 * 2**20  # > the H100's 50 MB L2 several times over
 # Triton kernel for 8B gate/up and dequantize + cuBLAS for o_proj, and the W4A16 decode TPOT went 2.42 -> 3.42 ms.
 _SPIN_CYCLES = 2_000_000  # ~1 ms at 2 GHz
 MATCH_TOL = 1e-2
+SAMPLES = 5  # timed calls per candidate on the GPU (median)
 
 
 def _max_rel(a, b) -> float:
@@ -56,6 +58,7 @@ class PathTable:
         self.timings: dict[tuple, dict[str, float]] = {}
         self._flush: dict[torch.device, torch.Tensor] = {}
         self.measure_on_cpu = False
+        self.cpu_samples = 1  # host-clock samples per candidate when measuring on a CPU (tests)
 
     def enabled(self, device: torch.device) -> bool:
         """Whether callers should offer their alternative paths on `device` (GPU; CPU only in tests)."""
@@ -77,6 +80,7 @@ class PathTable:
 
     def _measure(self, key, candidates, device) -> str:
         times = {}
+        runnable = []
         first = None
         for name, fn in candidates:
             try:
@@ -97,12 +101,19 @@ class PathTable:
                     times[name] = float("inf")
                     self.timings.setdefault(key, {})[f"{name} (mismatch)"] = f"rel err {err:.2e} vs {candidates[0][0]}"
                     continue
-            samples = []
-            for _ in range(5 if device.type == "cuda" else 1):
-                samples.append(self._time_once(fn, device))
-                if samples[-1] > 5.0:  # ms: slow enough that one sample says it
-                    break
-            times[name] = sorted(samples)[len(samples) // 2]
+            runnable.append((name, fn))
+        # Samples in rounds over the candidates, not one candidate's samples back to back: a slow spell of the GPU
+        # or host then lands in one round of every candidate rather than in all samples of one. Session 14's kernel
+        # table once timed the W8A8 kernel at 2161 us here (7.6 us by its own timing) and took torch._int_mm for
+        # 8B k/v at 32 tokens; it did not recur in a probe of 140 samples (bench/results/h100/kernels_s14/README.md).
+        samples: dict[str, list[float]] = {name: [] for name, _ in runnable}
+        for _ in range(SAMPLES if device.type == "cuda" else self.cpu_samples):
+            for name, fn in runnable:
+                if samples[name] and samples[name][-1] > 5.0:  # ms: slow enough that one sample says it
+                    continue
+                samples[name].append(self._time_once(fn, device))
+        for name, got in samples.items():
+            times[name] = sorted(got)[len(got) // 2]
         best = min(times, key=times.get)
         forced = [n for n in forced_paths() if times.get(n, float("inf")) != float("inf")]
         if forced:  # an A/B run asked for it (it ran and matched the first path)
