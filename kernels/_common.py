@@ -112,6 +112,18 @@ def plan_split_k(tiles: int, k_steps: int, device: torch.device, waves: float = 
     return triton.cdiv(k_steps, steps_per)
 
 
+def config_split(tiles: int, k_steps: int, cfg: dict, device: torch.device) -> int:
+    """K splits a launcher's config asks for: "split" as given; "fit" n: the most that keep the grid within n programs
+    per SM (rounded down), each >= 2 K steps; else "waves" programs per SM, rounded up (`plan_split_k`, default 2;
+    e.g. 8B down at M = 16 in 64-row W8A8 tiles: 64 tiles x 3 = 192 programs, 2 on 60 SMs and 1 on the other 72).
+    The W8A8 GEMM and the 2:4 kernels take their splits from here."""
+    if cfg.get("split"):
+        return cfg["split"]
+    if cfg.get("fit"):
+        return max(1, min(cfg["fit"] * num_sms(device) // tiles, k_steps // 2))
+    return plan_split_k(tiles, k_steps, device, cfg.get("waves") or 2.0)
+
+
 def plan_split_fill(tiles: int, k_steps: int, device: torch.device, fill: float = 1.0) -> int:
     """The largest K split whose grid stays within `fill` programs per multiprocessor (rounding down; at least 1).
 

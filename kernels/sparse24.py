@@ -31,9 +31,9 @@ from compress.errors import CompressError
 from compress.packing.sparse24 import meta_words, unpack_sparse24
 from triton.language.extra.cuda import gdc_wait
 
-from kernels._common import (check_activation, check_device, interpreter_dot_f32, interpreting, pdl_enabled, plan_split_k,
+from kernels._common import (check_activation, check_device, config_split, interpreter_dot_f32, interpreting, pdl_enabled,
                              splitk_buffers, splitk_epilogue, swap_ab_pids, swap_ab_store, tuned_config)
-from kernels.w8a8 import ACT_EPS, _int8_codes, _quantize_tile, _row_scales, _split, quantize_per_token, quantize_per_token_ref
+from kernels.w8a8 import ACT_EPS, _int8_codes, _quantize_tile, _row_scales, quantize_per_token, quantize_per_token_ref
 
 GEMV_MAX_M = 4  # the PRMT GEMV re-reads the weights per token: above ~4 tokens the tensor-core kernel wins
 # `_sparse24_tc_kernel`'s config from 2 tokens (fp16/bf16) or 5 (int8; the fused PRMT GEMV below) to TC_MAX_M. Session
@@ -523,12 +523,6 @@ def _expand_words(v_ptr, offs_n, n_mask, words, w0, VW, WIDE: tl.constexpr, BN: 
         vw = tl.reshape(vw, [BN, BW, 8])
         v0 = vw & 0xFFFF
         v1 = (vw >> 16) & 0xFFFF
-        c0 = tl.where(p0 == 0, v0, 0) | tl.where(p1 == 0, v1, 0)  # p0 < p1: column 0 can only be p0, 3 only p1
-        c1 = tl.where(p0 == 1, v0, 0) | tl.where(p1 == 1, v1, 0)
-        c2 = tl.where(p0 == 2, v0, 0) | tl.where(p1 == 2, v1, 0)
-        c3 = tl.where(p1 == 3, v1, 0)
-        dense = tl.reshape(tl.join(tl.join(c0, c2), tl.join(c1, c3)), [BN, BW * 32]).to(tl.int16)
-        return dense.to(VDT, bitcast=True)
     else:  # int8: one value word per two groups
         offs_v = w0 * 4 + tl.arange(0, BW * 4)
         vw = tl.load(v_ptr + offs_n[:, None] * VW + offs_v[None, :], mask=n_mask[:, None] & (offs_v < VW)[None, :], other=0)
@@ -536,12 +530,16 @@ def _expand_words(v_ptr, offs_n, n_mask, words, w0, VW, WIDE: tl.constexpr, BN: 
         half = (16 * (tl.arange(0, 8) % 2))[None, None, :]
         v0 = (vw >> half) & 0xFF
         v1 = (vw >> (half + 8)) & 0xFF
-        c0 = tl.where(p0 == 0, v0, 0) | tl.where(p1 == 0, v1, 0)
-        c1 = tl.where(p0 == 1, v0, 0) | tl.where(p1 == 1, v1, 0)
-        c2 = tl.where(p0 == 2, v0, 0) | tl.where(p1 == 2, v1, 0)
-        c3 = tl.where(p1 == 3, v1, 0)
-        dense = tl.reshape(tl.join(tl.join(c0, c2), tl.join(c1, c3)), [BN, BW * 32])
-        return dense.to(tl.int8)  # the low byte: two's complement wraps 128..255 to -128..-1
+    c0 = tl.where(p0 == 0, v0, 0) | tl.where(p1 == 0, v1, 0)  # p0 < p1: column 0 can only be p0, 3 only p1
+    c1 = tl.where(p0 == 1, v0, 0) | tl.where(p1 == 1, v1, 0)
+    c2 = tl.where(p0 == 2, v0, 0) | tl.where(p1 == 2, v1, 0)
+    c3 = tl.where(p1 == 3, v1, 0)
+    dense = tl.reshape(tl.join(tl.join(c0, c2), tl.join(c1, c3)), [BN, BW * 32])  # the value bits, as int32
+    if WIDE:
+        tile = dense.to(tl.int16).to(VDT, bitcast=True)
+    else:
+        tile = dense.to(tl.int8)  # the low byte: two's complement wraps 128..255 to -128..-1
+    return tile
 
 
 @triton.jit
@@ -608,7 +606,7 @@ def _sparse24_tc_kernel(
 
 def _launch_tc(x2, values, meta, sw, out, cfg: dict) -> torch.Tensor:
     """`_sparse24_tc_kernel` (config kind "tc"): int8 values on x quantized once (quantize_per_token), 16-bit values
-    on x as it is. K split by the config's "split" / "fit" / "waves" (kernels.w8a8._split)."""
+    on x as it is. K split by the config's "split" / "fit" / "waves" (kernels._common.config_split)."""
     m, k = x2.shape
     n = values.shape[0]
     int8 = values.dtype == torch.int8
@@ -617,7 +615,7 @@ def _launch_tc(x2, values, meta, sw, out, cfg: dict) -> torch.Tensor:
     bw = cfg["BW"]
     n_tiles, m_tiles = triton.cdiv(n, cfg["BN"]), triton.cdiv(m, cfg["BM"])
     steps = triton.cdiv(mw, bw)
-    split = _split(n_tiles * m_tiles, steps, cfg, x2.device)
+    split = config_split(n_tiles * m_tiles, steps, cfg, x2.device)
     per = triton.cdiv(steps, split)
     split = triton.cdiv(steps, per)
     ws, locks = splitk_buffers(x2.device, n_tiles * m_tiles, split, cfg["BN"] * cfg["BM"])
@@ -664,6 +662,12 @@ def _config(m: int, int8: bool = False) -> dict:
         if m > 32 and not int8:
             return dict(cfg, BN=128, num_warps=8)
         return dict(cfg, fit=2) if m > 4 else cfg
+    return _mma_config(m)
+
+
+def _mma_config(m: int) -> dict:
+    """`_sparse24_mma_kernel`'s tiles by M: what serves above TC_MAX_M, and below it the int8 layers "tc" cannot take
+    (in_features not a multiple of 8: no 32-bit value words)."""
     if m <= 16:
         return {"kind": "mma", "BM": 16, "BN": 64, "BK": 128, "num_warps": 4, "num_stages": 3}
     if m <= 64:
@@ -691,12 +695,12 @@ def _launch(x, values, meta, w_scale, config: dict | None = None) -> torch.Tenso
     if cfg["kind"] == "tc" and (not int8 or k % 8 == 0):
         return _launch_tc(x2, values, meta, sw if int8 else None, out, cfg).reshape(*lead, n)
     if cfg["kind"] == "tc":  # int8 values with K not a multiple of 8: no 32-bit value words; the expand kernel
-        cfg = {"kind": "mma", "BM": 16, "BN": 64, "BK": 128, "num_warps": 4, "num_stages": 3}
+        cfg = _mma_config(m)
     if cfg["kind"] == "prmt" and (not int8 or k % 8 == 0):
         bw = cfg["BW"]
         n_tiles = triton.cdiv(n, cfg["BN"])
         steps = triton.cdiv(mw, bw)
-        split = cfg.get("split") or plan_split_k(n_tiles * m, steps, x.device, cfg.get("waves", 2.0))
+        split = config_split(n_tiles * m, steps, cfg, x.device)
         per = triton.cdiv(steps, split)
         split = triton.cdiv(steps, per)
         ws, locks = splitk_buffers(x.device, n_tiles * m, split, cfg["BN"])
@@ -724,7 +728,7 @@ def _launch(x, values, meta, w_scale, config: dict | None = None) -> torch.Tenso
         bw = cfg["BW"]
         n_tiles = triton.cdiv(n, cfg["BN"])
         steps = triton.cdiv(mw, bw)
-        split = cfg.get("split") or plan_split_k(n_tiles * m, steps, x.device, cfg.get("waves", 2.0))
+        split = config_split(n_tiles * m, steps, cfg, x.device)
         per = triton.cdiv(steps, split)
         split = triton.cdiv(steps, per)
         ws, locks = splitk_buffers(x.device, n_tiles * m, split, cfg["BN"])
@@ -737,7 +741,7 @@ def _launch(x, values, meta, w_scale, config: dict | None = None) -> torch.Tenso
         bk = cfg["BK"]
         n_tiles, m_tiles = triton.cdiv(n, cfg["BN"]), triton.cdiv(m, cfg["BM"])
         steps = triton.cdiv(k, bk)
-        split = _split(n_tiles * m_tiles, steps, cfg, x.device)  # "split", "fit" or "waves" (default 2)
+        split = config_split(n_tiles * m_tiles, steps, cfg, x.device)
         per = triton.cdiv(steps, split)
         split = triton.cdiv(steps, per)
         ws, locks = splitk_buffers(x.device, n_tiles * m_tiles, split, cfg["BN"] * cfg["BM"])

@@ -38,8 +38,8 @@ from compress.errors import CompressError
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from kernels import w8a8_gemm_tma
-from kernels._common import (check_activation, check_device, config_chain, interpreting, num_sms, pdl_enabled,
-                             plan_split_k, pow2_floor, splitk_buffers, swap_ab_pids, swap_ab_store, tuned_config)
+from kernels._common import (check_activation, check_device, config_chain, config_split, interpreting, num_sms,
+                             pdl_enabled, pow2_floor, splitk_buffers, swap_ab_pids, swap_ab_store, tuned_config)
 
 ACT_EPS = 1e-8
 # Above this M, quantize activations in a separate pass (see module docstring).
@@ -409,13 +409,14 @@ def _check(x, weight, w_scale):
 
 
 def _config(m: int, n: int = 0, k: int = 0, sms: int = 132) -> dict:
-    """Kernel and tiles by M (and above 64 tokens by the layer's N x K and the GPU's SM count). Every M quantizes x
-    once (`quantize_per_token`). M = 3..16: `_config_s8` (session 8's grid for session 5's GEMM). M <= 2 and 17..64
+    """Kernel and tiles by M (and above 16 tokens by the layer's N x K and the GPU's SM count). Every M quantizes x
+    once (`quantize_per_token`). M = 3..16: `_config_s8` (session 8's grid for session 5's GEMM). M <= 2
     (`_config_table`; session 5's 3..16 in `_config_pointer_gemm`): the winners of session 5's H100 sweep under
     rotating timing (`python -m compress.bench.kernel_tune --final w8a8`, bench/results/h100/kernels_s5/: median
     speedup over fp16 on the 8 Llama-3 shapes: M = 2 few-token GEMV 1.79x (GEMM 1.60x); M = 8 and 16 GEMM with one
-    wave 1.60x (the two-wave tiles before: 1.41x)). 17..64: session 3's sweep (bench/results/h100/kernels/tuned.json).
-    65+ with the layer's shape: `_config_wide` (session 14); without it (n = 0), session 5's 256-token tiles.
+    wave 1.60x (the two-wave tiles before: 1.41x)). With the layer's shape (session 14): 17..64 `_config_mid`, 65+
+    `_config_wide`; without it (n = 0) `_config_table`: session 3's sweep at 17..64 (bench/results/h100/kernels/
+    tuned.json), session 5's 256-token tiles above.
     COMPRESS_KERNEL_CONFIGS (kernels._common.tuned_config) overrides it per M bucket under the key "w8a8", or for
     one M under "w8a8@<M>" ({"w8a8@4": {"16": config}}: the M buckets 2..16 share one entry, the W8A8 sweeps pick
     per M)."""
@@ -473,7 +474,7 @@ def _config_wide(m: int, n: int, k: int, sms: int) -> dict:
       at these sizes is what the L2 can feed (8B gate/up at M = 256: 42.1 -> 36.6 us; 70B gate/up 161.0 -> 135.9 us);
     - otherwise the 64 x 128 tiles, one program per SM, or two with K split in two where K > 8192 (8B down: 52.5 ->
       47.4 us).
-    M = 256 median speedup over fp16 (call 2): 1.03x -> 1.35x; M = 1024 every shape faster (e.g. 70B gate/up 563 ->
+    M = 256 median speedup over fp16 (call 2): 1.02x -> 1.35x; M = 1024 every shape faster (e.g. 70B gate/up 563 ->
     458 us)."""
     wide = {"BM": 128, "BN": 256, "BK": 128, "num_warps": 8, "num_stages": 4, "m_fast": True, "split": 1, "qrecip": True}
     if triton.cdiv(m, wide["BM"]) * triton.cdiv(n, wide["BN"]) * 4 >= 3 * sms:
@@ -614,17 +615,6 @@ def _launch(x, weight, w_scale, config: dict | None = None) -> torch.Tensor:
     return _gemm(xin, sx, weight, sw, out, cfg, fused=fused, pdl=pdl, chain=chain).reshape(*lead, n)
 
 
-def _split(tiles: int, k_steps: int, cfg: dict, device: torch.device) -> int:
-    """K splits of `_w8a8_kernel` for a config: "split" as given; "fit" n: the most that keep the grid within n
-    programs per SM (rounded down), each >= 2 K steps; else `waves` programs per SM, rounded up (kernels._common's
-    plan_split_k; e.g. 8B down at M = 16: 64 tiles x 3 = 192 programs, 2 on 60 SMs and 1 on the other 72)."""
-    if cfg.get("split"):
-        return cfg["split"]
-    if cfg.get("fit"):
-        return max(1, min(cfg["fit"] * num_sms(device) // tiles, k_steps // 2))
-    return plan_split_k(tiles, k_steps, device, cfg.get("waves") or 2.0)
-
-
 def _stages(programs: int, cfg: dict, device: torch.device) -> int:
     """Pipeline depth: "num_stages", or "deep" where the grid holds at most one program per SM (the smem a second
     program would take then deepens the weight prefetch instead). Session 8, M = 8/16 (sweep_s8.py): 6 stages took
@@ -643,7 +633,7 @@ def _gemm(xin, sx, weight, sw, out, cfg: dict, fused: bool = False, pdl: int = 0
     n = weight.shape[0]
     k_steps = triton.cdiv(k, cfg["BK"])
     n_tiles, m_tiles = triton.cdiv(n, cfg["BN"]), triton.cdiv(m, cfg["BM"])
-    split = _split(n_tiles * m_tiles, k_steps, cfg, xin.device)
+    split = config_split(n_tiles * m_tiles, k_steps, cfg, xin.device)
     per_steps = triton.cdiv(k_steps, split)
     split = triton.cdiv(k_steps, per_steps)
     programs = n_tiles * m_tiles * split

@@ -75,7 +75,7 @@ def test_fit_splits_k_within_the_programs_per_sm():
     # 8B down_proj at M = 16 with 64-row weight tiles of 256 K: 64 tiles, 56 K steps, on the H100's 132 SMs (the
     # interpreter's default): "fit" 1 -> 2 splits (128 programs), "fit" 2 -> 4 (256); session 5's `waves` 1 rounds up
     # to 3 (192). K steps per split stay >= 2 (16 tiles x 8 steps: 4 splits, not 8).
-    from kernels.w8a8 import _split
+    from kernels._common import config_split as _split
 
     cpu = torch.device("cpu")
     assert [_split(64, 56, {"fit": f}, cpu) for f in (1, 2)] == [2, 4]
