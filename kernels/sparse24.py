@@ -449,7 +449,8 @@ def _densify_kernel(v_ptr, meta_ptr, out_ptr, N, G, VW, MW, WIDE: tl.constexpr, 
     group's 4 dense bytes are one output word; 16-bit, a value word is one group and its columns two output words.
     H100 (bench/results/h100/kernels_s14/README.md, call 8), Llama-3-8B down_proj: 35.6 us int8, 68.1 us fp16, ~2.6
     TB/s of bytes read + written; loading each meta word once per group instead (8 times) took 71.1 / 102.9 us, a
-    (BN, G, 4)-lane tile reshaped to (BN, K) 133.8 / 140.5 us, torch's scatter ~400 us."""
+    (BN, G, 4)-lane tile reshaped to (BN, K) 133.8 / 140.5 us; torch's scatter ~390 us (session 12's table, with its GEMM
+    taken off)."""
     pid_n = tl.program_id(0)
     pid_w = tl.program_id(1)
     offs_n = (pid_n * BN + tl.arange(0, BN)).to(tl.int64)
@@ -487,7 +488,7 @@ DENSIFY_TILE = (16, 32)  # (rows, meta words = 8 groups each) per program
 def densify_sparse24(values: torch.Tensor, meta: torch.Tensor, k: int) -> torch.Tensor:
     """The dense (N, K) weight of compress.sparse24 values + meta, in one launch (unpack_sparse24 is the reference,
     bit for bit; it also serves int8 layers whose K is not a multiple of 8). What the runtime's "dequantize, then
-    the dense GEMM" paths build per call above a few tokens, where torch's scatter took ~0.4 ms for Llama-3-8B's
+    the dense GEMM" paths build per call above a few tokens, where torch's scatter took ~0.39 ms for Llama-3-8B's
     down_proj (bench/results/h100/kernels_s14/README.md, calls 7-8: 35.6 us now for int8)."""
     what = "densify_sparse24"
     check_device(what, values, meta)
