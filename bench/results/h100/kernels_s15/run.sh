@@ -1,0 +1,35 @@
+#!/bin/bash
+# Session 15 device call (repository root, kind nvidia-h100-x1), OUT=$OUT, LIMIT seconds in all; stages in STAGES:
+#   sp24   sp24_i8_sweep.py: the 2:4 PRMT GEMVs with / without "ring" at one token (SP_MS, SP_DTYPES, SP_SHAPES,
+#          SP_VARIANTS) against the dense paths
+#   tests  pytest argument sets in TEST_SETS (';' between them; each set is split on spaces, so no quoted -k expression)
+#   table  `compress bench kernels $TABLE_ARGS` (default --suite sparse24) on the tree as it is
+# Every limit counts from the script's start, so a later stage gets what is left.
+set -o pipefail
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export COMPRESS_KERNEL_CACHE="${COMPRESS_KERNEL_CACHE:-/tmp/compress_kernels}"
+mkdir -p "$OUT"
+LOG="$OUT/run.log"
+LIMIT=${LIMIT:-580}
+DIR=bench/results/h100/kernels_s15
+left() { echo $(( LIMIT - SECONDS - ${1:-0} )); }
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.limit --format=csv 2>&1 | tee -a "$LOG"
+git log -1 --format='commit %h %s' 2>/dev/null | cut -c1-120 | tee -a "$LOG"
+for s in ${STAGES:-sp24}; do
+  echo "== [$SECONDS s] $s" | tee -a "$LOG"
+  case $s in
+    sp24)
+      timeout $(left ${SP_REST:-5}) python3 $DIR/sp24_i8_sweep.py "$OUT" 2>&1 | tee -a "$LOG" | cut -c1-700 ;;
+    tests)
+      IFS=';' read -ra SETS <<< "$TEST_SETS"
+      for t in "${SETS[@]}"; do
+        echo "-- pytest $t" | tee -a "$LOG"
+        timeout $(left ${TEST_REST:-5}) python3 -m pytest $t -q -p no:cacheprovider 2>&1 | tee -a "$LOG" \
+          | grep --line-buffered -E "passed|failed|Error|^FAILED" | cut -c1-300 | tail -8
+      done ;;
+    table)
+      timeout $(left 3) python3 -m compress.bench.kernels ${TABLE_ARGS:---suite sparse24} --output "$OUT/kernels" 2>&1 \
+        | tee -a "$LOG" | grep --line-buffered -E "median|Error|error|->|rows in" | cut -c1-300 | tail -12 ;;
+  esac
+done
+echo "== [$SECONDS s] done" | tee -a "$LOG"
