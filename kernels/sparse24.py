@@ -156,16 +156,6 @@ def _half_to_f32(h, IS_BF16: tl.constexpr):
 
 
 @triton.jit
-def _sp24_tile(v_ptrs, m_ptrs, i, offs_w, n_mask, w_start, off, VW, MW, WORDS_PER_SPLIT, PER: tl.constexpr):
-    """The (BN, BW, PER) value words and (BN, BW) meta words `off` meta words into a program's split, zeros past it
-    (PER value words per meta word: 8 of fp16 / bf16 pairs, 4 of int8 quads; i: the first tile's value words)."""
-    ok = off < WORDS_PER_SPLIT
-    v = tl.load(v_ptrs + off * PER, mask=n_mask[:, None, None] & ((i + off * PER) < VW)[None, :, :] & ok, other=0)
-    meta = tl.load(m_ptrs + off, mask=n_mask[:, None] & ((w_start + off + offs_w) < MW)[None, :] & ok, other=0)
-    return v, meta
-
-
-@triton.jit
 def _sparse24_gemv_f_kernel(
     x_ptr,  # (M, K/2) int32 view of fp16/bf16 x
     v_ptr,  # (N, K/4) int32 view of the kept values
@@ -185,7 +175,6 @@ def _sparse24_gemv_f_kernel(
     USE_ASM: tl.constexpr,
     BN: tl.constexpr,
     BW: tl.constexpr,  # meta words (8 groups each) per iteration
-    RING: tl.constexpr = False,  # config "ring" (session 15): tile i + 2 requested while tile i is summed
 ):
     pid_n = tl.program_id(0)
     pid_s = tl.program_id(1)
@@ -207,25 +196,17 @@ def _sparse24_gemv_f_kernel(
     # Software prefetch: the next iteration's tiles are in flight while this one computes (Triton does
     # not pipeline loads that feed no tensor-core product).
     g_ok = g < G
-    if RING:  # the first two tiles in flight
-        v, meta = _sp24_tile(v_ptrs, m_ptrs, g, offs_w, n_mask, w_start, 0, G, MW, WORDS_PER_SPLIT, 8)
-        v_nxt, meta_nxt = _sp24_tile(v_ptrs, m_ptrs, g, offs_w, n_mask, w_start, BW, G, MW, WORDS_PER_SPLIT, 8)
-    else:
-        v = tl.load(v_ptrs, mask=n_mask[:, None, None] & g_ok[None, :, :], other=0)
-        meta = tl.load(m_ptrs, mask=n_mask[:, None] & ((w_start + offs_w) < MW)[None, :], other=0)
+    v = tl.load(v_ptrs, mask=n_mask[:, None, None] & g_ok[None, :, :], other=0)
+    meta = tl.load(m_ptrs, mask=n_mask[:, None] & ((w_start + offs_w) < MW)[None, :], other=0)
     xw = tl.load(x_ptrs, mask=g_ok[:, :, None], other=0)
     for ww in range(0, WORDS_PER_SPLIT, BW):
+        v_ptrs += BW * 8
+        m_ptrs += BW
         x_ptrs += BW * 16
         g_ok = (g + (ww + BW) * 8 < G) & (ww + BW < WORDS_PER_SPLIT)
-        if RING:  # tile i + 2 (tile i + 1 is already in flight)
-            v_far, meta_far = _sp24_tile(v_ptrs, m_ptrs, g, offs_w, n_mask, w_start, ww + 2 * BW, G, MW,
-                                         WORDS_PER_SPLIT, 8)
-        else:
-            v_ptrs += BW * 8
-            m_ptrs += BW
-            v_nxt = tl.load(v_ptrs, mask=n_mask[:, None, None] & g_ok[None, :, :], other=0)
-            meta_nxt = tl.load(m_ptrs, mask=n_mask[:, None] & ((w_start + ww + BW + offs_w) < MW)[None, :]
-                               & (ww + BW < WORDS_PER_SPLIT), other=0)
+        v_nxt = tl.load(v_ptrs, mask=n_mask[:, None, None] & g_ok[None, :, :], other=0)
+        meta_nxt = tl.load(m_ptrs, mask=n_mask[:, None] & ((w_start + ww + BW + offs_w) < MW)[None, :]
+                           & (ww + BW < WORDS_PER_SPLIT), other=0)
         xw_nxt = tl.load(x_ptrs, mask=g_ok[:, :, None], other=0)
 
         mb = tl.broadcast_to(meta[:, :, None], [BN, BW, 8])
@@ -244,8 +225,6 @@ def _sparse24_gemv_f_kernel(
             acc += (_half_to_f32(v & 0xFFFF, IS_BF16) * _half_to_f32(xs0, IS_BF16)
                     + _half_to_f32((v >> 16) & 0xFFFF, IS_BF16) * _half_to_f32(xs1, IS_BF16))
         v, meta, xw = v_nxt, meta_nxt, xw_nxt
-        if RING:
-            v_nxt, meta_nxt = v_far, meta_far
 
     out = tl.sum(tl.sum(acc, axis=2), axis=1)
     splitk_epilogue(out, out_ptr + m * stride_om + offs_n, n_mask, ws_ptr, lock_ptr, tl.arange(0, BN),
@@ -285,9 +264,6 @@ def _sparse24_gemv_i_kernel(
                                     # quantizes them itself (no quantizer launch before this kernel)
     K: tl.constexpr = 0,  # in_features (X_FLOAT only)
     PRO_BK: tl.constexpr = 1024,  # columns per step of the absmax prologue (X_FLOAT only)
-    RING: tl.constexpr = False,  # config "ring" (session 15): the first two weight tiles are requested before the
-                                 # X_FLOAT absmax prologue, and tile i + 2 while tile i is summed (the dense one-token
-                                 # GEMV's order, compress/runtime/decode_kernels.py `_gemv_i8_impl`)
 ):
     pid_n = tl.program_id(0)
     pid_s = tl.program_id(1)
@@ -304,9 +280,6 @@ def _sparse24_gemv_i_kernel(
     i = w_start * 4 + offs_w[:, None] * 4 + offs_c[None, :]  # (BW, 4) value word of the first iteration
     v_ptrs = v_ptr + offs_n[:, None, None] * VW + i[None, :, :]
     m_ptrs = meta_ptr + offs_n[:, None] * MW + (w_start + offs_w)[None, :]
-    if RING:  # the first two weight tiles are in flight before anything waits on x
-        v, meta = _sp24_tile(v_ptrs, m_ptrs, i, offs_w, n_mask, w_start, 0, VW, MW, WORDS_PER_SPLIT, 4)
-        v_nxt, meta_nxt = _sp24_tile(v_ptrs, m_ptrs, i, offs_w, n_mask, w_start, BW, VW, MW, WORDS_PER_SPLIT, 4)
     if X_FLOAT:
         # (BW, 4, 2, 4) activations: value word i covers columns 8i..8i+7 = the bytes of x words 2i and 2i + 1.
         byte = tl.arange(0, 4)
@@ -331,25 +304,20 @@ def _sparse24_gemv_i_kernel(
                                   pack=1)
         gdc_wait()
     i_ok = i < VW
-    if not RING:
-        v = tl.load(v_ptrs, mask=n_mask[:, None, None] & i_ok[None, :, :], other=0)
-        meta = tl.load(m_ptrs, mask=n_mask[:, None] & ((w_start + offs_w) < MW)[None, :], other=0)
+    v = tl.load(v_ptrs, mask=n_mask[:, None, None] & i_ok[None, :, :], other=0)
+    meta = tl.load(m_ptrs, mask=n_mask[:, None] & ((w_start + offs_w) < MW)[None, :], other=0)
     if X_FLOAT:
         xw = tl.load(x_ptrs, mask=i_ok[:, :, None, None], other=0.0)
     else:
         xw = tl.load(x_ptrs, mask=i_ok[:, :, None], other=0)
     for ww in range(0, WORDS_PER_SPLIT, BW):
+        v_ptrs += BW * 4
+        m_ptrs += BW
         x_ptrs += BW * (32 if X_FLOAT else 8)
         i_ok = (i + (ww + BW) * 4 < VW) & (ww + BW < WORDS_PER_SPLIT)
-        if RING:  # tile i + 2 (tile i + 1 is already in flight)
-            v_far, meta_far = _sp24_tile(v_ptrs, m_ptrs, i, offs_w, n_mask, w_start, ww + 2 * BW, VW, MW,
-                                         WORDS_PER_SPLIT, 4)
-        else:
-            v_ptrs += BW * 4
-            m_ptrs += BW
-            v_nxt = tl.load(v_ptrs, mask=n_mask[:, None, None] & i_ok[None, :, :], other=0)
-            meta_nxt = tl.load(m_ptrs, mask=n_mask[:, None] & ((w_start + ww + BW + offs_w) < MW)[None, :]
-                               & (ww + BW < WORDS_PER_SPLIT), other=0)
+        v_nxt = tl.load(v_ptrs, mask=n_mask[:, None, None] & i_ok[None, :, :], other=0)
+        meta_nxt = tl.load(m_ptrs, mask=n_mask[:, None] & ((w_start + ww + BW + offs_w) < MW)[None, :]
+                           & (ww + BW < WORDS_PER_SPLIT), other=0)
         if X_FLOAT:
             xw_nxt = tl.load(x_ptrs, mask=i_ok[:, :, None, None], other=0.0)
             # this step's activations -> int8 codes (the quantizer's exact rounding) -> 2 words per value word
@@ -371,8 +339,6 @@ def _sparse24_gemv_i_kernel(
             acc += (_sbyte(v, 0) * _sbyte(xe, b & 3) + _sbyte(v, 1) * _sbyte(xe, (b >> 2) & 3)
                     + _sbyte(v, 2) * _sbyte(xo, (b >> 4) & 3) + _sbyte(v, 3) * _sbyte(xo, (b >> 6) & 3))
         v, meta, xw = v_nxt, meta_nxt, xw_nxt
-        if RING:
-            v_nxt, meta_nxt = v_far, meta_far
 
     dot = tl.sum(tl.sum(acc, axis=2), axis=1)  # exact int32
     if X_FLOAT:
@@ -743,7 +709,7 @@ def _launch(x, values, meta, w_scale, config: dict | None = None) -> torch.Tenso
             _sparse24_gemv_i_kernel[(n_tiles, split, m)](
                 x2, sw, values.view(torch.int32), meta, sw, out, ws, locks, m, n, k // 8, mw, per * bw, split,
                 x2.stride(0), n, USE_ASM=not interpreting(), BN=cfg["BN"], BW=bw, X_FLOAT=True, K=k,
-                PRO_BK=min(4096, triton.next_power_of_2(k)), RING=bool(cfg.get("ring")), num_warps=cfg["num_warps"])
+                PRO_BK=min(4096, triton.next_power_of_2(k)), num_warps=cfg["num_warps"])
         elif int8:
             pdl = cfg.get("pdl", 0) if pdl_enabled(x2.device) else 0
             xq, sx = quantize_per_token(x2, early=pdl > 0)
@@ -752,13 +718,13 @@ def _launch(x, values, meta, w_scale, config: dict | None = None) -> torch.Tenso
             _sparse24_gemv_i_kernel[(n_tiles, split, m)](
                 x32, sx, values.view(torch.int32), meta, sw, out, ws, locks, m, n, k // 8, mw, per * bw, split,
                 x32.stride(0), n, USE_ASM=not interpreting(), BN=cfg["BN"], BW=bw, PDL_PREFETCH=pf,
-                RING=bool(cfg.get("ring")), num_warps=cfg["num_warps"], **({"launch_pdl": True} if pdl else {}))
+                num_warps=cfg["num_warps"], **({"launch_pdl": True} if pdl else {}))
         else:
             x32 = x2.view(torch.int32)
             _sparse24_gemv_f_kernel[(n_tiles, split, m)](
                 x32, values.view(torch.int32), meta, out, ws, locks, m, n, k // 4, mw, per * bw, split, x32.stride(0), n,
                 IS_BF16=x.dtype == torch.bfloat16, USE_ASM=not interpreting(), BN=cfg["BN"], BW=bw,
-                RING=bool(cfg.get("ring")), num_warps=cfg["num_warps"])
+                num_warps=cfg["num_warps"])
     elif cfg["kind"] in ("gemv", "prmt"):
         bw = cfg["BW"]
         n_tiles = triton.cdiv(n, cfg["BN"])

@@ -68,37 +68,6 @@ def test_sparse24_int8_fused_quantization_is_bit_exact(shape, dtype):
     assert rel_err(out, sparse24_w8a8_linear_ref(x, p["values"], p["meta"], p["w_scale"])) < TOL[dtype]
 
 
-@pytest.mark.parametrize("shape", [(1, 48, 256), (2, 40, 264), (1, 33, 96), (1, 17, 1032)])
-@pytest.mark.parametrize("fused", [True, False])
-@pytest.mark.parametrize("split", [1, 2, 3])
-def test_sparse24_int8_ring_is_the_same_bits(shape, fused, split):
-    # "ring": two weight tiles in flight (requested before the absmax prologue) instead of one; the same int32
-    # sums in the same order, so the same bits, for every split (including one whose last split is short and
-    # splits shorter than the two-tile ring).
-    m, n, k = shape
-    p = make_sparse24(n, k, torch.int8, DEVICE, seed=n + k + split)
-    x = torch.randn(m, k, device=DEVICE).half() * 3
-    cfg = {"kind": "prmt", "BN": 16, "BW": 2, "num_warps": 4, "split": split, "fused": fused}
-    plain = _launch(x, p["values"], p["meta"], p["w_scale"], cfg)
-    ring = _launch(x, p["values"], p["meta"], p["w_scale"], dict(cfg, ring=True))
-    assert torch.equal(ring, plain)
-    assert rel_err(ring, sparse24_w8a8_linear_ref(x, p["values"], p["meta"], p["w_scale"])) < 3e-3
-
-
-@pytest.mark.parametrize("shape", [(1, 48, 256), (2, 40, 264), (1, 17, 1032)])
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("split", [1, 3])
-def test_sparse24_float_ring_is_the_same_bits(shape, dtype, split):
-    # The fp16 / bf16 PRMT GEMV with "ring" sums the same products in the same order as without.
-    m, n, k = shape
-    p = make_sparse24(n, k, dtype, DEVICE, seed=n + k + split)
-    x = torch.randn(m, k, device=DEVICE).to(dtype)
-    cfg = {"kind": "prmt", "BN": 16, "BW": 1, "num_warps": 4, "split": split}
-    ring = _launch(x, p["values"], p["meta"], None, dict(cfg, ring=True))
-    assert torch.equal(ring, _launch(x, p["values"], p["meta"], None, cfg))
-    assert rel_err(ring, sparse24_linear_ref(x, p["values"], p["meta"])) < TOL[dtype]
-
-
 def test_sparse24_public_api():
     p = make_sparse24(24, 64, torch.float16, DEVICE)
     x = torch.randn(2, 3, 64, device=DEVICE).half()
