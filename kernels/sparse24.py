@@ -10,10 +10,12 @@ Kernels:
   int8 runs on activations quantized once by kernels.w8a8.quantize_per_token and multiplies with dp4a.
 - `_sparse24_gemv_kernel` ("gemv"): session 2's select-based GEMV, kept for the sweeps and for int8 layers
   whose in_features is not a multiple of 8.
-- `_sparse24_tc_kernel` ("tc", 2..64 tokens; session 14): widens whole meta / value words to the dense tile in
-  registers (`_expand_words`, the math of `_densify_kernel`) and feeds the tensor cores (weights on the left).
-- `_sparse24_mma_kernel` ("mma", above 64 tokens): expands each (BN, BK/2) tile lane by lane through a (BN, BK/4, 4)
-  select and reshape; 5-10x slower than "tc" where both were timed (session 14, call 9).
+- `_sparse24_tc_kernel` ("tc", from 2 tokens; session 14): widens whole meta / value words to the dense tile in
+  registers (`_expand_words`: two PRMTs a group on the GPU since session 15) and feeds the tensor cores (weights on
+  the left).
+- `_sparse24_mma_kernel` ("mma", int8 layers whose in_features is not a multiple of 8): expands each (BN, BK/2) tile
+  lane by lane through a (BN, BK/4, 4) select and reshape; 5-10x slower than "tc" where both were timed (session 14,
+  call 9).
 
 - `_densify_kernel`: the dense weight in one launch, for the runtime's "dequantize, then the dense GEMM" paths.
 
@@ -35,19 +37,22 @@ from kernels._common import (check_activation, check_device, config_split, inter
                              splitk_buffers, splitk_epilogue, swap_ab_pids, swap_ab_store, tuned_config)
 from kernels.w8a8 import ACT_EPS, _int8_codes, _quantize_tile, _row_scales, quantize_per_token, quantize_per_token_ref
 
-GEMV_MAX_M = 4  # the PRMT GEMV re-reads the weights per token: above ~4 tokens the tensor-core kernel wins
-# `_sparse24_tc_kernel`'s config from 2 tokens (fp16/bf16) or 5 (int8; the fused PRMT GEMV below) to TC_MAX_M. Session
-# 14's H100 sweep (bench/results/h100/kernels_s14/, call 9: 6 tile configs on the 8 Llama-3 shapes at 2..64 tokens):
-# 64 weight rows x 256 columns (8 meta words) a step on 4 warps, no split-K past one program per SM. Median over dense
-# fp16 of the 2:4 fp16 layers, the kernel before -> this: M = 2 0.90x -> 0.94x, 4 0.45x -> 0.95x, 8 0.19x -> 0.94x,
-# 16 0.19x -> 0.93x, 32 0.18x -> 0.90x, 64 0.17x -> 0.72x (int8: 0.12-0.18x -> 0.83-0.89x at 8..64 tokens, where the
-# runtime's CUDA mma.sp GEMV serves most layers). Call 10, around it: K split to two programs per SM ("fit": 2) from 5
-# tokens, M = 8 / 16 / 32 fp16 0.956x / 0.938x / 0.916x -> 1.037x / 1.030x / 1.002x (int8 0.89x / 0.91x / 0.91x ->
-# 0.98x / 1.00x / 1.00x, at 64 0.84x -> 0.92x); fp16 at 33..64 tokens 128-row tiles on 8 warps instead, 0.727x -> 0.810x.
-# Above 64 tokens it was not measured: the expand kernel stays, and the runtime's path table picks densify + the
-# dense GEMM there.
+GEMV_MAX_M = 1  # the PRMT GEMV re-reads the weights per token: from 2 tokens the tensor-core kernel wins (session 15)
+# `_sparse24_tc_kernel`'s configs from 2 tokens. Session 14's H100 sweep (bench/results/h100/kernels_s14/, calls 9-10:
+# 6 tile configs on the 8 Llama-3 shapes at 2..64 tokens) chose 64 weight rows x 256 columns (8 meta words) a step on
+# 4 warps, K split to two programs per SM ("fit": 2) from 5 tokens, and for fp16 at 33..64 tokens 128-row tiles on 8
+# warps; it served 2:4 fp16 layers at 0.94-1.04x of dense fp16 there. Session 15 (bench/results/h100/kernels_s15/,
+# call 2) widened each group with two PRMTs (`_expand_words`, USE_ASM) and re-swept: median over dense fp16 of the 2:4
+# fp16 layers, session 14's widening -> PRMT: M = 2 0.96x -> 1.27x, 8 1.01x -> 1.32x, 16 1.02x -> 1.38x, 32 0.95x ->
+# 1.39x, 64 0.81x -> 1.02x; with 4 stages and "fit" 2 up to 16 tokens 1.42x / 1.41x / 1.38x at 2 / 8 / 16 (at 32, 4
+# stages lost: 1.04x). int8 over fp16: M = 2 1.34x (the fused PRMT GEMV) -> 1.82x (tc, 4 stages), 8..64 0.90-0.98x ->
+# 1.53-1.85x. Above 64 tokens (call 2, M = 256): 128 x 128 tiles, 128 columns a step on 8 warps beat densify + the dense
+# GEMM on the 6 largest shapes (fp16 8B down 128.8 -> 86.3 us, 70B down 456.3 -> 333.8); at 1024 tokens densify + the
+# dense GEMM stays faster, and the runtime's path table picks per layer.
 TC_MAX_M = 64
-TC_CONFIG = {"kind": "tc", "BN": 64, "BW": 8, "num_warps": 4, "num_stages": 3, "fit": 1}
+TC_CONFIG = {"kind": "tc", "BN": 64, "BW": 8, "num_warps": 4, "num_stages": 3, "fit": 2}
+TC_DEEP_MAX_M = 16  # up to here 4 stages
+TC_WIDE_CONFIG = {"kind": "tc", "BM": 128, "BN": 128, "BW": 4, "num_warps": 8, "num_stages": 3, "fit": 1}
 
 
 @triton.jit
@@ -509,33 +514,68 @@ def densify_sparse24(values: torch.Tensor, meta: torch.Tensor, k: int) -> torch.
     return out
 
 
+# `_expand_words`' widening on the GPU (session 15). A group's positions p0 < p1 (bits 4j.. of its meta word) put its
+# kept values v0, v1 in columns p0, p1; PRMT picks the bytes of its result from {a, b} by one selector nibble each.
+# 16-bit values (a = the value word v1:v0, b = 0): a column's two nibbles are 0x10 (v0), 0x32 (v1) or 0x54 (zero),
+# so the selector of the group's 4 columns is 0x54545454 - (0x44 << 8 p0) - (0x22 << 8 p1): its low half builds
+# columns 0-1, its high half columns 2-3. $4 meta word, $5 4j, $6 value word -> $0..$3 the columns.
+_WIDEN16_ASM = tl.constexpr(
+    "{ .reg .b32 t, a, b, s, z, lo, hi; shr.u32 t, $4, $5; shl.b32 a, t, 3; and.b32 a, a, 24; shl.b32 b, t, 1; "
+    "and.b32 b, b, 24; mov.b32 s, 68; shl.b32 a, s, a; mov.b32 s, 34; shl.b32 b, s, b; mov.b32 s, 0x54545454; "
+    "sub.u32 s, s, a; sub.u32 s, s, b; mov.b32 z, 0; prmt.b32 lo, $6, z, s; shr.u32 s, s, 16; prmt.b32 hi, $6, z, s; "
+    "mov.b32 {$0, $1}, lo; mov.b32 {$2, $3}, hi; }")
+# int8 (a = the value word of two groups, group j's values its bytes h, h + 1 with h = 2 (j % 2); b = 0): one nibble
+# per column, 4 = zero: 0x4444 - ((4 - h) << 4 p0) - ((3 - h) << 4 p1). $1 meta word, $2 4j, $3 value word,
+# $4 = 8 h (the pair's bit shift) -> $0 the group's 4 columns as one word.
+_WIDEN8_ASM = tl.constexpr(
+    "{ .reg .b32 t, a, b, s, z, h; shr.u32 t, $1, $2; shl.b32 a, t, 2; and.b32 a, a, 12; and.b32 b, t, 12; "
+    "shr.u32 h, $4, 3; mov.b32 s, 4; sub.u32 s, s, h; shl.b32 a, s, a; mov.b32 s, 3; sub.u32 s, s, h; "
+    "shl.b32 b, s, b; mov.b32 s, 0x4444; sub.u32 s, s, a; sub.u32 s, s, b; mov.b32 z, 0; prmt.b32 $0, $3, z, s; }")
+
+
 @triton.jit
 def _expand_words(v_ptr, offs_n, n_mask, words, w0, VW, WIDE: tl.constexpr, BN: tl.constexpr, BW: tl.constexpr,
-                  VDT: tl.constexpr):
+                  VDT: tl.constexpr, USE_ASM: tl.constexpr = False):
     """The dense (BN, 32 * BW) weight tile of the meta words `words` (BN, BW) (words w0 .. w0 + BW - 1 of each row),
     widened in registers as `_densify_kernel` does; VDT the values' dtype (fp16 / bf16 / int8). The value words'
-    offsets are one arange, so the loads stay 16-byte wide."""
+    offsets are one arange, so the loads stay 16-byte wide.
+    USE_ASM (the GPU): PRMT builds each group's columns from its value word (_WIDEN16_ASM / _WIDEN8_ASM). The
+    compare-and-select form below (the CPU interpreter's) took ~36 SASS instructions a group in the sm_90 build of
+    the tc kernel (fp16, 64 x 256 tiles, 4 warps: 1156 a K step per warp) and bounded it at ~1.6 TB/s."""
     shift = (4 * tl.arange(0, 8))[None, None, :]
-    p0 = (words[:, :, None] >> shift) & 3  # (BN, BW, 8): 8 groups per meta word, p0 < p1
-    p1 = (words[:, :, None] >> (shift + 2)) & 3
     if WIDE:  # one value word (two 16-bit values) per group
         offs_v = w0 * 8 + tl.arange(0, BW * 8)
         vw = tl.load(v_ptr + offs_n[:, None] * VW + offs_v[None, :], mask=n_mask[:, None] & (offs_v < VW)[None, :], other=0)
         vw = tl.reshape(vw, [BN, BW, 8])
-        v0 = vw & 0xFFFF
-        v1 = (vw >> 16) & 0xFFFF
     else:  # int8: one value word per two groups
         offs_v = w0 * 4 + tl.arange(0, BW * 4)
         vw = tl.load(v_ptr + offs_n[:, None] * VW + offs_v[None, :], mask=n_mask[:, None] & (offs_v < VW)[None, :], other=0)
         vw = tl.reshape(tl.join(vw, vw), [BN, BW, 8])  # group j of a meta word: value word j // 2
-        half = (16 * (tl.arange(0, 8) % 2))[None, None, :]
-        v0 = (vw >> half) & 0xFF
-        v1 = (vw >> (half + 8)) & 0xFF
-    c0 = tl.where(p0 == 0, v0, 0) | tl.where(p1 == 0, v1, 0)  # p0 < p1: column 0 can only be p0, 3 only p1
-    c1 = tl.where(p0 == 1, v0, 0) | tl.where(p1 == 1, v1, 0)
-    c2 = tl.where(p0 == 2, v0, 0) | tl.where(p1 == 2, v1, 0)
-    c3 = tl.where(p1 == 3, v1, 0)
-    dense = tl.reshape(tl.join(tl.join(c0, c2), tl.join(c1, c3)), [BN, BW * 32])  # the value bits, as int32
+    half = (16 * (tl.arange(0, 8) % 2))[None, None, :]  # int8: the bit offset of group j's values in its word
+    if USE_ASM and WIDE:
+        c0, c1, c2, c3 = tl.inline_asm_elementwise(_WIDEN16_ASM, "=h,=h,=h,=h,r,r,r", [words[:, :, None], shift, vw],
+                                                   dtype=(tl.int16, tl.int16, tl.int16, tl.int16), is_pure=True, pack=1)
+    elif USE_ASM:
+        d = tl.inline_asm_elementwise(_WIDEN8_ASM, "=r,r,r,r,r", [words[:, :, None], shift, vw, half], dtype=tl.int32,
+                                      is_pure=True, pack=1)
+        c0 = d & 0xFF
+        c1 = (d >> 8) & 0xFF
+        c2 = (d >> 16) & 0xFF
+        c3 = (d >> 24) & 0xFF
+    else:
+        p0 = (words[:, :, None] >> shift) & 3  # (BN, BW, 8): 8 groups per meta word, p0 < p1
+        p1 = (words[:, :, None] >> (shift + 2)) & 3
+        if WIDE:
+            v0 = vw & 0xFFFF
+            v1 = (vw >> 16) & 0xFFFF
+        else:
+            v0 = (vw >> half) & 0xFF
+            v1 = (vw >> (half + 8)) & 0xFF
+        c0 = tl.where(p0 == 0, v0, 0) | tl.where(p1 == 0, v1, 0)  # p0 < p1: column 0 can only be p0, 3 only p1
+        c1 = tl.where(p0 == 1, v0, 0) | tl.where(p1 == 1, v1, 0)
+        c2 = tl.where(p0 == 2, v0, 0) | tl.where(p1 == 2, v1, 0)
+        c3 = tl.where(p1 == 3, v1, 0)
+    dense = tl.reshape(tl.join(tl.join(c0, c2), tl.join(c1, c3)), [BN, BW * 32])  # the value bits
     if WIDE:
         tile = dense.to(tl.int16).to(VDT, bitcast=True)
     else:
@@ -569,6 +609,7 @@ def _sparse24_tc_kernel(
     BM: tl.constexpr,
     BW: tl.constexpr,  # meta words per K step: 32 * BW columns
     M_FAST: tl.constexpr,
+    USE_ASM: tl.constexpr = False,  # `_expand_words`' PRMT widening (the GPU; config "expand": "select" turns it off)
 ):
     """2:4 tensor-core GEMM (weights on the left, "swap AB"): each K step loads BW meta words of BN rows and the value
     words they cover (16-byte loads), widens them to the dense tile in registers (`_expand_words`) and feeds tl.dot.
@@ -585,7 +626,7 @@ def _sparse24_tc_kernel(
         offs_w = w_start + ww + tl.arange(0, BW)
         words = tl.load(meta_ptr + offs_n[:, None] * MW + offs_w[None, :], mask=n_mask[:, None] & (offs_w < MW)[None, :],
                         other=0)
-        dense = _expand_words(v_ptr, offs_n, n_mask, words, w_start + ww, VW, not INT8, BN, BW, VDT)
+        dense = _expand_words(v_ptr, offs_n, n_mask, words, w_start + ww, VW, not INT8, BN, BW, VDT, USE_ASM)
         offs_k = (w_start + ww) * 32 + tl.arange(0, BW * 32)
         xt = tl.load(x_ptr + offs_m[None, :] * stride_xm + offs_k[:, None], mask=(offs_k < K)[:, None] & m_mask[None, :],
                      other=0)
@@ -626,7 +667,8 @@ def _launch_tc(x2, values, meta, sw, out, cfg: dict) -> torch.Tensor:
     _sparse24_tc_kernel[(m_tiles, n_tiles, split) if m_fast else (n_tiles, m_tiles, split)](
         xin, sx, v32, meta.contiguous(), sw, out, ws, locks, m, n, k, v32.shape[1], mw, per * bw, split, xin.stride(0),
         out.stride(0), INT8=int8, VDT=vdt, DOT_F32=interpreter_dot_f32(x2.dtype) and not int8, BN=cfg["BN"], BM=cfg["BM"],
-        BW=bw, M_FAST=m_fast, num_warps=cfg["num_warps"], num_stages=cfg.get("num_stages", 3))
+        BW=bw, M_FAST=m_fast, USE_ASM=not interpreting() and cfg.get("expand") != "select", num_warps=cfg["num_warps"],
+        num_stages=cfg.get("num_stages", 3))
     return out
 
 
@@ -647,8 +689,9 @@ def _check(what, x, values, meta, w_scale):
 
 
 def _config(m: int, int8: bool = False) -> dict:
-    """Kernel and tiles by M (measured on the H100: bench/results/h100/kernels/NOTES.md, kernels_s14/). One token
-    (int8: up to 4): the PRMT GEMV; to TC_MAX_M the word-widening tensor-core kernel; above, the expand kernel."""
+    """Kernel and tiles by M (measured on the H100: bench/results/h100/kernels/NOTES.md, kernels_s14/, kernels_s15/).
+    One token: the PRMT GEMV; from 2 tokens the word-widening tensor-core kernel (above TC_MAX_M with 128 x 128
+    tiles)."""
     tuned = tuned_config("sparse24-int8" if int8 else "sparse24-fp16", m)
     if tuned:
         return tuned
@@ -656,19 +699,21 @@ def _config(m: int, int8: bool = False) -> dict:
         # in every program, no quantizer launch: 2.19x over fp16 at M = 1, median of the 8 Llama-3 shapes (1.90x with
         # the quantizer launch and PDL)
         return {"kind": "prmt", "BN": 32, "BW": 16, "num_warps": 8, "waves": 2, "fused": True}
-    if m == 1:  # the H100 sweep of 2026-11-22 (bench/results/h100/kernels/tuned.json); session 5's confirms it
+    if m <= GEMV_MAX_M:  # the H100 sweep of 2026-11-22 (bench/results/h100/kernels/tuned.json); session 5's confirms it
         return {"kind": "prmt", "BN": 16, "BW": 8, "num_warps": 4, "waves": 4}
-    if m <= TC_MAX_M:  # session 14 (bench/results/h100/kernels_s14/README.md, calls 9-10): `_sparse24_tc_kernel`
-        cfg = dict(TC_CONFIG, BM=max(16, triton.next_power_of_2(m)))
-        if m > 32 and not int8:
-            return dict(cfg, BN=128, num_warps=8)
-        return dict(cfg, fit=2) if m > 4 else cfg
-    return _mma_config(m)
+    if m > TC_MAX_M:
+        return dict(TC_WIDE_CONFIG)
+    cfg = dict(TC_CONFIG, BM=max(16, triton.next_power_of_2(m)))
+    if m <= TC_DEEP_MAX_M:
+        return dict(cfg, num_stages=4)
+    if m > 32 and not int8:
+        return dict(cfg, BN=128, num_warps=8)
+    return cfg
 
 
 def _mma_config(m: int) -> dict:
-    """`_sparse24_mma_kernel`'s tiles by M: what serves above TC_MAX_M, and below it the int8 layers "tc" cannot take
-    (in_features not a multiple of 8: no 32-bit value words)."""
+    """`_sparse24_mma_kernel`'s tiles by M, for the int8 layers "tc" cannot take (in_features not a multiple of 8: no
+    32-bit value words)."""
     if m <= 16:
         return {"kind": "mma", "BM": 16, "BN": 64, "BK": 128, "num_warps": 4, "num_stages": 3}
     if m <= 64:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from kernels.cases import LLAMA_SHAPES, make_sparse24
-from kernels.sparse24 import TC_CONFIG, TC_MAX_M, _config, _launch, sparse24_linear_ref, sparse24_w8a8_linear_ref
+from kernels.sparse24 import TC_CONFIG, TC_MAX_M, TC_WIDE_CONFIG, _config, _launch, sparse24_linear_ref, sparse24_w8a8_linear_ref
 
 from tests.test_kernels_w8a8 import compile_for_the_h100
 
@@ -62,11 +62,14 @@ def test_int8_tc_with_k_not_a_multiple_of_8_takes_the_expand_kernel():
 
 
 def test_config_rule():
-    assert _config(1)["kind"] == "prmt" and _config(4, True)["kind"] == "prmt"  # one token / the fused int8 GEMV
-    for m, int8 in ((2, False), (5, True), (17, False), (TC_MAX_M, True)):
+    assert _config(1)["kind"] == "prmt" and _config(1, True)["kind"] == "prmt"  # one token: the PRMT GEMVs
+    assert _config(1, True)["fused"]  # int8: x quantized in every program
+    for m, int8 in ((2, False), (2, True), (5, True), (17, False), (TC_MAX_M, True)):
         cfg = _config(m, int8)
         assert cfg["kind"] == "tc" and cfg["BM"] == max(16, 1 << (m - 1).bit_length()), (m, int8)
-    assert _config(TC_MAX_M + 1)["kind"] == "mma"
+        assert cfg["num_stages"] == (4 if m <= 16 else 3), (m, int8)  # session 15, call 2
+    for int8 in (False, True):  # above TC_MAX_M: the tc kernel on 128 x 128 tiles (the expand kernel before)
+        assert _config(TC_MAX_M + 1, int8) == _config(1024, int8) == {**TC_WIDE_CONFIG}
 
 
 _AOT = """
@@ -79,39 +82,56 @@ import kernels.sparse24 as sp
 
 fn = sp._sparse24_tc_kernel
 n = 0
-for int8 in (False, True):
-    for bm in (16, 64):
-        ptrs = dict(x_ptr="*i8" if int8 else "*fp16", sx_ptr="*fp32", v_ptr="*i32", meta_ptr="*i32", sw_ptr="*fp32",
-                    out_ptr="*fp16", ws_ptr="*fp32", lock_ptr="*i32")
-        cfg = sp.TC_CONFIG
-        consts = dict(INT8=int8, VDT=tl.int8 if int8 else tl.float16, DOT_F32=False, BN=cfg["BN"], BM=bm, BW=cfg["BW"],
-                      M_FAST=False)
-        if not int8:
-            consts.update(sx_ptr=None, sw_ptr=None)
-        sig = {a: "constexpr" if a in consts else ptrs.get(a, "i32") for a in fn.arg_names}
-        src = ASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(a),): v for a, v in consts.items()})
-        k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                           options={"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]})
-        assert "wgmma" in k.asm["ptx"] and k.metadata.shared <= 227 * 1024, (int8, bm, k.metadata.shared)
-        n += 1
+for int8, m, asm in [(i, m, a) for i in (False, True) for m in (2, 64, 256) for a in (False, True)]:
+    ptrs = dict(x_ptr="*i8" if int8 else "*fp16", sx_ptr="*fp32", v_ptr="*i32", meta_ptr="*i32", sw_ptr="*fp32",
+                out_ptr="*fp16", ws_ptr="*fp32", lock_ptr="*i32")
+    cfg = sp._config(m, int8)  # 16 x 64 tiles on 4 stages, 64 x 64 (int8) / 64 x 128 (fp16), 128 x 128 above 64 tokens
+    consts = dict(INT8=int8, VDT=tl.int8 if int8 else tl.float16, DOT_F32=False, BN=cfg["BN"], BM=cfg["BM"],
+                  BW=cfg["BW"], M_FAST=False, USE_ASM=asm)
+    if not int8:
+        consts.update(sx_ptr=None, sw_ptr=None)
+    sig = {a: "constexpr" if a in consts else ptrs.get(a, "i32") for a in fn.arg_names}
+    src = ASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(a),): v for a, v in consts.items()})
+    k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                       options={"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]})
+    assert "wgmma" in k.asm["ptx"] and k.metadata.shared <= 227 * 1024, (int8, m, k.metadata.shared)
+    # the PRMT widening (its selector constant) is in the GPU build only
+    assert (("0x4444;" if int8 else "0x54545454;") in k.asm["ptx"]) == asm, (int8, m, asm)
+    n += 1
 print("compiled", n)
 """
 
 
 def test_tc_compiles_for_the_h100():
-    compile_for_the_h100(_AOT, "compiled 4")
+    compile_for_the_h100(_AOT, "compiled 12")
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("dtype", [torch.float16, torch.int8])
-@pytest.mark.parametrize("m", [2, 5, 16, 64])
+@pytest.mark.parametrize("m", [2, 5, 16, 64, 256])
 @pytest.mark.parametrize("shape", LLAMA_SHAPES, ids=[s[0] for s in LLAMA_SHAPES])
 def test_tc_llama_shapes_gpu(shape, m, dtype):
     _, n, k = shape
-    if dtype == torch.int8 and m < 5:
-        pytest.skip("int8 at <= 4 tokens is the fused PRMT GEMV")
     cfg = _config(m, dtype == torch.int8)
     assert cfg["kind"] == "tc"
     got, want = run(m, n, k, dtype, cfg, device="cuda", seed=n + k)
     assert rel_err(got, want) < TOL[dtype]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.int8])
+@pytest.mark.parametrize("m", [2, 64, 256])
+@pytest.mark.parametrize("shape", [(4096, 4096), (1024, 8192), (1000, 1064)], ids=str)
+def test_tc_prmt_widening_gives_the_select_bits_gpu(shape, m, dtype):
+    # Session 15: on the GPU `_expand_words` builds each group's columns with PRMT; the same dense tile as the
+    # compare-and-select form (the interpreter's), so the same output bits
+    n, k = shape
+    if dtype == torch.int8 and k % 8:
+        pytest.skip("int8 layers with K not a multiple of 8 take the expand kernel")
+    p = make_sparse24(n, k, dtype, "cuda", seed=n + m)
+    x = torch.randn(m, k, device="cuda").to(torch.float16 if dtype == torch.int8 else dtype)
+    cfg = _config(m, dtype == torch.int8)
+    got = _launch(x, p["values"], p["meta"], p.get("w_scale"), cfg)
+    assert torch.equal(got, _launch(x, p["values"], p["meta"], p.get("w_scale"), dict(cfg, expand="select")))

@@ -9,7 +9,7 @@ checked_call_us (rotating weights, quantizer inside the call):
 - each "tc" config below (BM = the token tile, at least 16).
 
 Usage (repository root, GPU machine): python3 bench/results/h100/kernels_s14/sp24_tc_sweep.py OUT  (env TC_MS,
-TC_SHAPES, TC_DTYPES, TC_SET) -> OUT/sp24_tc_sweep.json and one line per row.
+TC_SHAPES, TC_DTYPES, TC_SET, TC_VARIANTS) -> OUT/sp24_tc_sweep.json and one line per row.
 """
 
 from __future__ import annotations
@@ -43,6 +43,12 @@ if os.environ.get("TC_SET") == "2":
           "n128w8x8": dict(BN=128, BW=8, num_warps=8, num_stages=3, fit=1),
           "n64w8f2": dict(BN=64, BW=8, num_warps=4, num_stages=3, fit=2)}
 
+# Session 15 (bench/results/h100/kernels_s15/run.sh): TC_VARIANTS='{"name": {config keys}}' replaces the set; a
+# variant with "_served": true is the served config at that M with its other keys on top (e.g. "expand": "select");
+# a "BM" key sets the token tile (else the next power of two >= M, at least 16).
+if os.environ.get("TC_VARIANTS"):
+    TC = json.loads(os.environ["TC_VARIANTS"])
+
 
 def main():
     out = sys.argv[1]
@@ -74,7 +80,8 @@ def main():
                     dense = lambda q: F.linear(x, densify_sparse24(q["values"], q["meta"], k))  # noqa: E731
                 r["t"]["densify+dense"] = kt.checked_call_us(dense, p, want, tol=3e-3)["us"]
                 arms = {"served": _config(m, int8)} | {
-                    name: dict(cfg, kind="tc", BM=max(16, triton.next_power_of_2(m))) for name, cfg in TC.items()}
+                    name: ({k_: v_ for k_, v_ in (_config(m, int8) | cfg).items() if k_ != "_served"} if cfg.get("_served")
+                           else dict({"BM": max(16, triton.next_power_of_2(m))} | cfg, kind="tc")) for name, cfg in TC.items()}
                 for name, cfg in arms.items():
                     got = kt.checked_call_us(lambda q, c=cfg: _launch(x, q["values"], q["meta"], q.get("w_scale"), c), p,
                                              want, tol=3e-3)

@@ -2,6 +2,8 @@
 # Session 15 device call (repository root, kind nvidia-h100-x1), OUT=$OUT, LIMIT seconds in all; stages in STAGES:
 #   sp24   sp24_i8_sweep.py: the 2:4 PRMT GEMVs with / without "ring" at one token (SP_MS, SP_DTYPES, SP_SHAPES,
 #          SP_VARIANTS) against the dense paths
+#   tc     session 14's sp24_tc_sweep.py (the 2:4 tensor-core GEMM's configs vs what serves), env TC_MS, TC_DTYPES,
+#          TC_SHAPES, TC_VARIANTS (tc_variants.json unless set); TC2_MS / TC2_VARIANTS: a second pass (e.g. above 64 tokens)
 #   tests  pytest argument sets in TEST_SETS (';' between them; each set is split on spaces, so no quoted -k expression)
 #   table  `compress bench kernels $TABLE_ARGS` (default --suite sparse24) on the tree as it is
 # Every limit counts from the script's start, so a later stage gets what is left.
@@ -20,6 +22,13 @@ for s in ${STAGES:-sp24}; do
   case $s in
     sp24)
       timeout $(left ${SP_REST:-5}) python3 $DIR/sp24_i8_sweep.py "$OUT" 2>&1 | tee -a "$LOG" | cut -c1-700 ;;
+    tc)
+      TC_VARIANTS="${TC_VARIANTS:-$(cat $DIR/tc_variants.json)}" timeout $(left ${TC_REST:-5}) \
+        python3 bench/results/h100/kernels_s14/sp24_tc_sweep.py "$OUT/tc" 2>&1 | tee -a "$LOG" | cut -c1-600
+      if [ -n "$TC2_MS" ]; then
+        TC_MS=$TC2_MS TC_VARIANTS="$(cat ${TC2_VARIANTS:-$DIR/tc_wide_variants.json})" timeout $(left ${TC2_REST:-5}) \
+          python3 bench/results/h100/kernels_s14/sp24_tc_sweep.py "$OUT/tc_wide" 2>&1 | tee -a "$LOG" | cut -c1-600
+      fi ;;
     tests)
       IFS=';' read -ra SETS <<< "$TEST_SETS"
       for t in "${SETS[@]}"; do
