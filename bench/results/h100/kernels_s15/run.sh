@@ -4,6 +4,7 @@
 #          SP_VARIANTS) against the dense paths
 #   tc     session 14's sp24_tc_sweep.py (the 2:4 tensor-core GEMM's configs vs what serves), env TC_MS, TC_DTYPES,
 #          TC_SHAPES, TC_VARIANTS (tc_variants.json unless set); TC2_MS / TC2_VARIANTS: a second pass (e.g. above 64 tokens)
+#   e2e    e2e_sp24_ab.py: synthetic Llama-3-8B 2:4 fp16 / int8, session 14's 2:4 kernels vs this tree's, arms in turn
 #   tests  pytest argument sets in TEST_SETS (';' between them; each set is split on spaces, so no quoted -k expression)
 #   table  `compress bench kernels $TABLE_ARGS` (default --suite sparse24) on the tree as it is
 # Every limit counts from the script's start, so a later stage gets what is left.
@@ -29,6 +30,9 @@ for s in ${STAGES:-sp24}; do
         TC_MS=$TC2_MS TC_VARIANTS="$(cat ${TC2_VARIANTS:-$DIR/tc_wide_variants.json})" timeout $(left ${TC2_REST:-5}) \
           python3 bench/results/h100/kernels_s14/sp24_tc_sweep.py "$OUT/tc_wide" 2>&1 | tee -a "$LOG" | cut -c1-600
       fi ;;
+    e2e)
+      AB_LIMIT_S=${AB_LIMIT:-$(( $(left ${E2E_REST:-100}) / 2 ))} timeout $(left ${E2E_REST:-60}) \
+        python3 $DIR/e2e_sp24_ab.py "$OUT" 2>&1 | tee -a "$LOG" | grep --line-buffered -E "^\||done|stopped|Error" | cut -c1-300 ;;
     tests)
       IFS=';' read -ra SETS <<< "$TEST_SETS"
       for t in "${SETS[@]}"; do
