@@ -540,8 +540,9 @@ def _expand_words(v_ptr, offs_n, n_mask, words, w0, VW, WIDE: tl.constexpr, BN: 
     widened in registers as `_densify_kernel` does; VDT the values' dtype (fp16 / bf16 / int8). The value words'
     offsets are one arange, so the loads stay 16-byte wide.
     USE_ASM (the GPU): PRMT builds each group's columns from its value word (_WIDEN16_ASM / _WIDEN8_ASM). The
-    compare-and-select form below (the CPU interpreter's) took ~36 SASS instructions a group in the sm_90 build of
-    the tc kernel (fp16, 64 x 256 tiles, 4 warps: 1156 a K step per warp) and bounded it at ~1.6 TB/s."""
+    compare-and-select form below (the CPU interpreter's) takes ~36 SASS instructions a group in the sm_90 build of
+    the tc kernel (fp16, 64 x 256 tiles, 4 warps: 1156 a K step per warp, 734 with PRMT); with it the kernel streamed
+    ~1.6 TB/s on the H100, with PRMT 2.1-2.6 TB/s (bench/results/h100/kernels_s15/)."""
     shift = (4 * tl.arange(0, 8))[None, None, :]
     if WIDE:  # one value word (two 16-bit values) per group
         offs_v = w0 * 8 + tl.arange(0, BW * 8)
