@@ -20,7 +20,8 @@ Kernels:
 - `_densify_kernel`: the dense weight in one launch, for the runtime's "dequantize, then the dense GEMM" paths.
 
 Public: `sparse24_linear`, `sparse24_w8a8_linear` (custom ops compress::sparse24_linear and
-compress::sparse24_w8a8_linear) and their `*_ref` twins; `densify_sparse24` (reference: unpack_sparse24).
+compress::sparse24_w8a8_linear) and their `*_ref` twins; `densify_sparse24` (reference: unpack_sparse24);
+`alternative_configs` / `sparse24_linear_tiled` (other tilings for the runtime's path table).
 """
 
 from __future__ import annotations
@@ -712,6 +713,17 @@ def _config(m: int, int8: bool = False) -> dict:
     return cfg
 
 
+def alternative_configs(m: int, int8: bool = False) -> dict[str, dict]:
+    """Tilings besides `_config`'s worth timing per layer (the runtime's path table offers each as a path).
+    fp16/bf16 at 33..TC_MAX_M tokens: 64 x 64 tiles on 4 warps. Session 15, call 4 (bench/results/h100/kernels_s15/,
+    each config timed 2-3 times at 48 and 64 tokens): faster than the 64 x 128 tiles on 8 warps on the 8B layers (8B
+    q/o 25.1 -> 21.1 us, 8B down 54.3 -> 50.1), slower on 70B k/v and the 70B MLP (70B gate/up 152.7 -> 188.8); which
+    wins depends on the shape, and `_config` does not see it."""
+    if int8 or not 32 < m <= TC_MAX_M:
+        return {}
+    return {"tc64x64": dict(TC_CONFIG, BM=max(16, triton.next_power_of_2(m)))}
+
+
 def _mma_config(m: int) -> dict:
     """`_sparse24_mma_kernel`'s tiles by M, for the int8 layers "tc" cannot take (in_features not a multiple of 8: no
     32-bit value words)."""
@@ -827,6 +839,12 @@ def sparse24_linear(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, b
     """y = x @ W^T (+ bias), W 2:4 sparse as compress.sparse24 fp16/bf16 values (N, K/2) + meta (N, K/32)."""
     y = torch.ops.compress.sparse24_linear(x, values, meta)
     return y + bias if bias is not None else y
+
+
+def sparse24_linear_tiled(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, config: dict) -> torch.Tensor:
+    """`sparse24_linear`'s math on the given tiles (one of `alternative_configs`): a plain launch, not the custom op,
+    for the runtime's path table to time against the default (its CUDA graphs capture it like any launch)."""
+    return _launch(x, values, meta, None, config)
 
 
 def sparse24_w8a8_linear(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, w_scale: torch.Tensor,

@@ -227,6 +227,10 @@ class Sparse24Linear(QuantLinear):
         # kernel or torch._int_mm (same quantized activations, exact int32 products).
         paths = [("kernel", partial(self.kernel, x2d))]
         if not self.int8:
+            k = kb.kernel_module("sparse24")
+            # other tilings whose speed depends on the layer's shape (kernels.sparse24.alternative_configs)
+            paths += [(f"kernel_{name}", partial(k.sparse24_linear_tiled, x2d, self.values, self.meta, cfg))
+                      for name, cfg in k.alternative_configs(x2d.shape[0]).items()]
             return paths + [("dequant+cublas", lambda: torch.nn.functional.linear(x2d, self._dense()))]
         paths.append(("dequant+w8a8", lambda: kb.kernel_module("w8a8").w8a8_linear(x2d, self._dense(), self.w_scale)))
         if kb.int_mm_fits(*x2d.shape, self.out_features):
