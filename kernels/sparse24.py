@@ -43,13 +43,14 @@ GEMV_MAX_M = 1  # the PRMT GEMV re-reads the weights per token: from 2 tokens th
 # 6 tile configs on the 8 Llama-3 shapes at 2..64 tokens) chose 64 weight rows x 256 columns (8 meta words) a step on
 # 4 warps, K split to two programs per SM ("fit": 2) from 5 tokens, and for fp16 at 33..64 tokens 128-row tiles on 8
 # warps; it served 2:4 fp16 layers at 0.94-1.04x of dense fp16 there. Session 15 (bench/results/h100/kernels_s15/,
-# call 2) widened each group with two PRMTs (`_expand_words`, USE_ASM) and re-swept: median over dense fp16 of the 2:4
+# call 2) widened each group with two PRMTs (`_expand_words`, USE_ASM) and re-swept. Median over dense fp16 of the 2:4
 # fp16 layers, session 14's widening -> PRMT: M = 2 0.96x -> 1.27x, 8 1.01x -> 1.32x, 16 1.02x -> 1.38x, 32 0.95x ->
-# 1.39x, 64 0.81x -> 1.02x; with 4 stages and "fit" 2 up to 16 tokens 1.42x / 1.41x / 1.38x at 2 / 8 / 16 (at 32, 4
-# stages lost: 1.04x). int8 over fp16: M = 2 1.34x (the fused PRMT GEMV) -> 1.82x (tc, 4 stages), 8..64 0.90-0.98x ->
-# 1.53-1.85x. Above 64 tokens (call 2, M = 256): 128 x 128 tiles, 128 columns a step on 8 warps beat densify + the dense
-# GEMM on the 6 largest shapes (fp16 8B down 128.8 -> 86.3 us, 70B down 456.3 -> 333.8); at 1024 tokens densify + the
-# dense GEMM stays faster, and the runtime's path table picks per layer.
+# 1.39x, 64 0.81x -> 1.02x (an outlier: call 4 re-timed 64 tokens at ~0.84x). With 4 stages and "fit" 2 up to 16
+# tokens: 1.42x / 1.41x / 1.38x at 2 / 8 / 16 (at 32, 4 stages lost: 1.04x). int8 over fp16: M = 2 1.34x (the fused
+# PRMT GEMV) -> 1.82x (tc, 4 stages), 8..64 0.90-0.98x -> 1.53-1.85x. Above 64 tokens (call 2, M = 256): 128 x 128
+# tiles, 128 columns a step on 8 warps beat densify + the dense GEMM on the 6 largest shapes (fp16 8B down 128.8 ->
+# 86.3 us, 70B down 456.3 -> 333.8); at 1024 tokens densify + the dense GEMM stays faster, and the runtime's path table
+# picks per layer.
 TC_MAX_M = 64
 TC_CONFIG = {"kind": "tc", "BN": 64, "BW": 8, "num_warps": 4, "num_stages": 3, "fit": 2}
 TC_DEEP_MAX_M = 16  # up to here 4 stages
