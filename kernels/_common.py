@@ -124,6 +124,12 @@ def config_split(tiles: int, k_steps: int, cfg: dict, device: torch.device) -> i
     return plan_split_k(tiles, k_steps, device, cfg.get("waves") or 2.0)
 
 
+def config_chunks(tiles: int, k_steps: int, cfg: dict, device: torch.device) -> tuple[int, int]:
+    """(splits, K steps per split) for `config_split`'s split, re-evened so that no split is empty."""
+    per = triton.cdiv(k_steps, config_split(tiles, k_steps, cfg, device))
+    return triton.cdiv(k_steps, per), per
+
+
 def plan_split_fill(tiles: int, k_steps: int, device: torch.device, fill: float = 1.0) -> int:
     """The largest K split whose grid stays within `fill` programs per multiprocessor (rounding down; at least 1).
 

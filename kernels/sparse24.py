@@ -34,7 +34,7 @@ from compress.errors import CompressError
 from compress.packing.sparse24 import meta_words, unpack_sparse24
 from triton.language.extra.cuda import gdc_wait
 
-from kernels._common import (check_activation, check_device, config_split, interpreter_dot_f32, interpreting, pdl_enabled,
+from kernels._common import (check_activation, check_device, config_chunks, interpreter_dot_f32, interpreting, pdl_enabled,
                              splitk_buffers, splitk_epilogue, swap_ab_pids, swap_ab_store, tuned_config)
 from kernels.w8a8 import ACT_EPS, _int8_codes, _quantize_tile, _row_scales, quantize_per_token, quantize_per_token_ref
 
@@ -651,7 +651,7 @@ def _sparse24_tc_kernel(
 
 def _launch_tc(x2, values, meta, sw, out, cfg: dict) -> torch.Tensor:
     """`_sparse24_tc_kernel` (config kind "tc"): int8 values on x quantized once (quantize_per_token), 16-bit values
-    on x as it is. K split by the config's "split" / "fit" / "waves" (kernels._common.config_split)."""
+    on x as it is. K split by the config's "split" / "fit" / "waves" (kernels._common.config_chunks)."""
     m, k = x2.shape
     n = values.shape[0]
     int8 = values.dtype == torch.int8
@@ -660,9 +660,7 @@ def _launch_tc(x2, values, meta, sw, out, cfg: dict) -> torch.Tensor:
     bw = cfg["BW"]
     n_tiles, m_tiles = triton.cdiv(n, cfg["BN"]), triton.cdiv(m, cfg["BM"])
     steps = triton.cdiv(mw, bw)
-    split = config_split(n_tiles * m_tiles, steps, cfg, x2.device)
-    per = triton.cdiv(steps, split)
-    split = triton.cdiv(steps, per)
+    split, per = config_chunks(n_tiles * m_tiles, steps, cfg, x2.device)
     ws, locks = splitk_buffers(x2.device, n_tiles * m_tiles, split, cfg["BN"] * cfg["BM"])
     xin, sx = quantize_per_token(x2, recip=True) if int8 else (x2, None)
     vdt = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.int8: tl.int8}[values.dtype]
@@ -760,9 +758,7 @@ def _launch(x, values, meta, w_scale, config: dict | None = None) -> torch.Tenso
         bw = cfg["BW"]
         n_tiles = triton.cdiv(n, cfg["BN"])
         steps = triton.cdiv(mw, bw)
-        split = config_split(n_tiles * m, steps, cfg, x.device)
-        per = triton.cdiv(steps, split)
-        split = triton.cdiv(steps, per)
+        split, per = config_chunks(n_tiles * m, steps, cfg, x.device)
         ws, locks = splitk_buffers(x.device, n_tiles * m, split, cfg["BN"])
         if int8 and cfg.get("fused"):  # each program quantizes x itself: no quantizer launch
             _sparse24_gemv_i_kernel[(n_tiles, split, m)](
@@ -788,9 +784,7 @@ def _launch(x, values, meta, w_scale, config: dict | None = None) -> torch.Tenso
         bw = cfg["BW"]
         n_tiles = triton.cdiv(n, cfg["BN"])
         steps = triton.cdiv(mw, bw)
-        split = config_split(n_tiles * m, steps, cfg, x.device)
-        per = triton.cdiv(steps, split)
-        split = triton.cdiv(steps, per)
+        split, per = config_chunks(n_tiles * m, steps, cfg, x.device)
         ws, locks = splitk_buffers(x.device, n_tiles * m, split, cfg["BN"])
         xin, sx = quantize_per_token(x2) if int8 else (x2, sw)  # sx_ptr unused unless INT8
         _sparse24_gemv_kernel[(n_tiles, split, m)](
@@ -801,9 +795,7 @@ def _launch(x, values, meta, w_scale, config: dict | None = None) -> torch.Tenso
         bk = cfg["BK"]
         n_tiles, m_tiles = triton.cdiv(n, cfg["BN"]), triton.cdiv(m, cfg["BM"])
         steps = triton.cdiv(k, bk)
-        split = config_split(n_tiles * m_tiles, steps, cfg, x.device)
-        per = triton.cdiv(steps, split)
-        split = triton.cdiv(steps, per)
+        split, per = config_chunks(n_tiles * m_tiles, steps, cfg, x.device)
         ws, locks = splitk_buffers(x.device, n_tiles * m_tiles, split, cfg["BN"] * cfg["BM"])
         xq = int8 and bool(cfg.get("xq"))
         xin, sx = quantize_per_token(x2, recip=True) if xq else (x2, None)

@@ -38,7 +38,7 @@ from compress.errors import CompressError
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from kernels import w8a8_gemm_tma
-from kernels._common import (check_activation, check_device, config_chain, config_split, interpreting, num_sms,
+from kernels._common import (check_activation, check_device, config_chain, config_chunks, interpreting, num_sms,
                              pdl_enabled, pow2_floor, splitk_buffers, swap_ab_pids, swap_ab_store, tuned_config)
 
 ACT_EPS = 1e-8
@@ -633,9 +633,7 @@ def _gemm(xin, sx, weight, sw, out, cfg: dict, fused: bool = False, pdl: int = 0
     n = weight.shape[0]
     k_steps = triton.cdiv(k, cfg["BK"])
     n_tiles, m_tiles = triton.cdiv(n, cfg["BN"]), triton.cdiv(m, cfg["BM"])
-    split = config_split(n_tiles * m_tiles, k_steps, cfg, xin.device)
-    per_steps = triton.cdiv(k_steps, split)
-    split = triton.cdiv(k_steps, per_steps)
+    split, per_steps = config_chunks(n_tiles * m_tiles, k_steps, cfg, xin.device)
     programs = n_tiles * m_tiles * split
     stages = _stages(programs, cfg, xin.device)
     if pdl and cfg.get("pdl_wide") and programs > num_sms(xin.device):
