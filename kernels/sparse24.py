@@ -35,8 +35,9 @@ from compress.packing.sparse24 import meta_words, unpack_sparse24
 from triton.language.extra.cuda import gdc_wait
 
 from kernels._common import (check_activation, check_device, config_chunks, interpreter_dot_f32, interpreting, pdl_enabled,
-                             splitk_buffers, splitk_epilogue, swap_ab_pids, swap_ab_store, tuned_config)
-from kernels.w8a8 import ACT_EPS, _int8_codes, _quantize_tile, _row_scales, quantize_per_token, quantize_per_token_ref
+                             pow2_floor, splitk_buffers, splitk_epilogue, swap_ab_pids, swap_ab_store, tuned_config)
+from kernels.w8a8 import (ACT_EPS, _int8_codes, _quantize, _quantize_tile, _row_scales, quantize_per_token,
+                          quantize_per_token_ref)
 
 GEMV_MAX_M = 1  # the PRMT GEMV re-reads the weights per token: from 2 tokens the tensor-core kernel wins (session 15)
 # `_sparse24_tc_kernel`'s configs from 2 tokens. Session 14's H100 sweep (bench/results/h100/kernels_s14/, calls 9-10:
@@ -352,6 +353,181 @@ def _sparse24_gemv_i_kernel(
         sx = sx_f
     else:
         sx = tl.load(sx_ptr + m)
+    out = dot.to(tl.float32) * tl.load(sw_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32) * sx
+    splitk_epilogue(out, out_ptr + m * stride_om + offs_n, n_mask, ws_ptr, lock_ptr, tl.arange(0, BN),
+                    m * tl.num_programs(0) + pid_n, pid_s, S, BN)
+
+
+# int8 values, a whole meta word per asm (session 16): one meta word holds the positions of 4 value words (8 groups,
+# 32 columns). Its 4 bytes are spread to the 4 PRMT selectors at once: PRMT moves bytes 0 and 1 to the low byte of
+# each 16-bit half, then two shift-and-mask rounds spread each byte's 2-bit fields to nibbles and 0x4400 picks the
+# second group's word. The per-value-word asm above spreads one byte per value word (11 instructions per value word;
+# this is ~5.5). The 8 activation words of the meta word are split out of one (BW, 8) tile, so each thread loads them
+# once per meta word rather than twice per value word.
+_IW_ASM = tl.constexpr(
+    "{ .reg .b32 z, lo, hi, t, u, s0, s1, xs, a; mov.b32 z, 0; "
+    "prmt.b32 lo, $1, z, 0x4140; prmt.b32 hi, $1, z, 0x4342; "
+    "shl.b32 t, lo, 4; or.b32 t, t, lo; and.b32 t, t, 0x0F0F0F0F; shl.b32 u, t, 2; or.b32 u, u, t; "
+    "and.b32 u, u, 0x33333333; or.b32 s0, u, 0x44004400; "
+    "shl.b32 t, hi, 4; or.b32 t, t, hi; and.b32 t, t, 0x0F0F0F0F; shl.b32 u, t, 2; or.b32 u, u, t; "
+    "and.b32 u, u, 0x33333333; or.b32 s1, u, 0x44004400; "
+    "prmt.b32 xs, $6, $7, s0; dp4a.s32.s32 a, $2, xs, $14; shr.u32 s0, s0, 16; "
+    "prmt.b32 xs, $8, $9, s0; dp4a.s32.s32 a, $3, xs, a; "
+    "prmt.b32 xs, $10, $11, s1; dp4a.s32.s32 a, $4, xs, a; shr.u32 s1, s1, 16; "
+    "prmt.b32 xs, $12, $13, s1; dp4a.s32.s32 $0, $5, xs, a; }")
+
+
+@triton.jit
+def _split4(t, R: tl.constexpr, C: tl.constexpr):
+    """(R, C, 4) -> its 4 slices (R, C) along the last axis, in order (free: the axis is in one thread's registers)."""
+    a, b = tl.split(tl.reshape(t, [R, C, 2, 2]))  # a: elements 0 and 2, b: 1 and 3
+    t0, t2 = tl.split(a)
+    t1, t3 = tl.split(b)
+    return t0, t1, t2, t3
+
+
+@triton.jit
+def _iw_ref(meta, vc, xe, xo, c: tl.constexpr):
+    """Value word c (0..3) of each meta word: `_IW_ASM`'s products with plain integer ops (the CPU interpreter)."""
+    b = (meta >> (8 * c)) & 0xFF
+    return (_sbyte(vc, 0) * _sbyte(xe, b & 3) + _sbyte(vc, 1) * _sbyte(xe, (b >> 2) & 3)
+            + _sbyte(vc, 2) * _sbyte(xo, (b >> 4) & 3) + _sbyte(vc, 3) * _sbyte(xo, (b >> 6) & 3))
+
+
+@triton.jit
+def _iw_tile(m_rows, v_rows, mw, offs_c, ok, VW, EVEN: tl.constexpr):
+    """A tile's meta words (BW, BN) and value words (BW, BN, 4); mw (BW,) its meta word indices. EVEN: every tile is
+    whole, and mw beyond the split is clamped by the caller (a prefetch past the end reads words it will not use), so
+    no load is masked; else ok (BW, BN) masks the tile and the value words past the row."""
+    if EVEN:
+        meta = tl.load(m_rows + mw[:, None])
+        v = tl.load(v_rows + (mw * 4)[:, None, None])
+    else:
+        meta = tl.load(m_rows + mw[:, None], mask=ok, other=0)
+        v = tl.load(v_rows + (mw * 4)[:, None, None],
+                    mask=ok[:, :, None] & ((mw * 4)[:, None, None] + offs_c[None, None, :] < VW), other=0)
+    return meta, v
+
+
+@triton.jit(do_not_specialize=["ONE"])
+def _sparse24_gemv_iw_kernel(
+    x_ptr,  # (M, K/4) int32 view of the int8 activations (quantize_per_token)
+    sx_ptr,  # (M,) fp32 token scales
+    v_ptr,  # (N, K/8) int32 view of the int8 kept values (two groups per word)
+    meta_ptr,  # (N, MW) int32
+    sw_ptr,  # (N,) channel scales
+    out_ptr,  # (M, N)
+    ws_ptr,
+    lock_ptr,
+    M,
+    N,
+    VW,  # value words per row = K / 8
+    MW,
+    WORDS_PER_SPLIT,  # meta words per split, a multiple of BW
+    S,
+    stride_xm,  # in int32 words
+    stride_om,
+    ZERO,  # 0, at run time (see the x loads)
+    ONE,  # 1, at run time and not specialized (see the meta loads)
+    USE_ASM: tl.constexpr,
+    BN: tl.constexpr,
+    BW: tl.constexpr,  # meta words per step
+    PDL: tl.constexpr = False,  # launched with programmatic dependent launch behind the quantizer
+    EVEN: tl.constexpr = False,  # K a multiple of 32 and MW of BW: every tile whole, no masked load
+    PREFETCH: tl.constexpr = 0,  # PDL: bytes of each row's values (and a quarter as many of meta) sent to L2 before
+                                 # the wait, beyond the two tiles in registers
+    X_FLOAT: tl.constexpr = False,  # xf_ptr holds the fp16/bf16 x: every program quantizes it (see below)
+    xf_ptr=None,  # (M, K) fp16/bf16 (X_FLOAT)
+    K: tl.constexpr = 0,  # in_features (X_FLOAT)
+    PRO_BK: tl.constexpr = 1024,  # columns a step of the X_FLOAT prologue
+):
+    """One-token 2:4 int8 GEMV, a meta word (4 value words, 32 columns) per asm: y = (sum q_x q_w) * s_w * s_x.
+    Every tile is (BW meta words, BN rows, ...), meta words first: the loads' coalescing order then puts a warp's lanes
+    along a row's meta words (16 contiguous value bytes a lane), and every operand of the asm -- the 4 value words, the
+    meta word, the 8 activation words -- lands in the same (BW, BN) layout, so no tile goes through shared memory.
+    The first two weight tiles are requested before the wait for the quantizer (PDL), each later one a tile ahead."""
+    pid_n = tl.program_id(0)
+    pid_s = tl.program_id(1)
+    m = tl.program_id(2)
+    offs_n = pid_n * BN + tl.arange(0, BN)
+    n_mask = offs_n < N
+    rows = tl.minimum(offs_n, N - 1).to(tl.int64)  # rows past N read row N - 1; the epilogue stores none of them
+    offs_w = tl.arange(0, BW)
+    offs_c = tl.arange(0, 4)
+    w_start = pid_s * WORDS_PER_SPLIT
+    w_end = tl.minimum(w_start + WORDS_PER_SPLIT, MW)
+    v_rows = v_ptr + rows[None, :, None] * VW + offs_c[None, None, :]  # (1, BN, 4)
+    # ONE: the meta words' stride, a run-time 1, hides their contiguity, so the meta load takes the value tile's lane
+    # order instead of a vectorized order of its own (and a layout change through shared memory after it).
+    m_rows = meta_ptr + rows[None, :] * MW  # (1, BN)
+    # The activation words of a tile, loaded by every lane for its own elements (L1 hits after the first): ZERO keeps
+    # the compiler from folding the rows into one (BW, 8) load, which would go through shared memory to the lanes.
+    x_rows = x_ptr + m.to(tl.int64) * stride_xm + offs_n[None, :, None] * ZERO + offs_c[None, None, :]  # (1, BN, 4)
+
+    mw = w_start + offs_w
+    meta, v = _iw_tile(m_rows, v_rows, mw * ONE, offs_c, (mw < w_end)[:, None], VW, EVEN)
+    mw += BW
+    meta_nx, v_nx = _iw_tile(m_rows, v_rows, tl.minimum(mw, w_end - 1) * ONE, offs_c, (mw < w_end)[:, None], VW, EVEN)
+    if PDL:
+        if PREFETCH > 0:
+            # While the quantizer runs (8B down's 14336 columns take it ~3.4 us on one SM), the DRAM would idle
+            # after the first two tiles: send the next 128-byte lines of this split's rows to L2.
+            vl = tl.minimum((w_start + 2 * BW) * 4 + tl.arange(0, PREFETCH // 128) * 32, w_end * 4 - 1)
+            ml = tl.minimum(w_start + 2 * BW + tl.arange(0, max(PREFETCH // 512, 1)) * 32, w_end - 1)
+            pv = v_ptr + rows[:, None] * VW + vl[None, :]
+            pm = meta_ptr + rows[:, None] * MW + ml[None, :]
+            tl.inline_asm_elementwise("prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [pv], dtype=tl.int32,
+                                      is_pure=False, pack=1)
+            tl.inline_asm_elementwise("prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [pm], dtype=tl.int32,
+                                      is_pure=False, pack=1)
+        gdc_wait()
+    if X_FLOAT:
+        # No quantizer launch: the token's absmax over its whole row (read from L2 by every program), then this
+        # split's columns as int8 codes into x_ptr, a scratch row every program of the split writes with the same
+        # bytes; the barrier makes them visible to the program's own lanes, which read them back in the loop.
+        xf_row = xf_ptr + m.to(tl.int64) * K
+        offs_k = tl.arange(0, PRO_BK)
+        amax = tl.zeros([PRO_BK], tl.float32)
+        for k0 in range(0, K, PRO_BK):
+            amax = tl.maximum(amax, tl.abs(tl.load(xf_row + k0 + offs_k, mask=(k0 + offs_k) < K, other=0.0).to(tl.float32)))
+        sx = tl.math.div_rn(tl.maximum(tl.max(amax, axis=0), 1e-8), 127.0)
+        inv_sx = 1.0 / sx.to(tl.float64)
+        xq_row = (x_ptr + m.to(tl.int64) * stride_xm).to(tl.pointer_type(tl.int8), bitcast=True)
+        k_end = tl.minimum(w_end * 32, K)
+        for k0 in range(w_start * 32, k_end, PRO_BK):
+            kk = k0 + offs_k
+            xv = tl.load(xf_row + kk, mask=kk < k_end, other=0.0).to(tl.float32)
+            tl.store(xq_row + kk, _int8_codes(xv, inv_sx).to(tl.int8), mask=kk < k_end)
+        tl.debug_barrier()
+    else:
+        sx = tl.load(sx_ptr + m)
+    acc = tl.zeros([BW, BN], dtype=tl.int32)
+    for w0 in range(w_start, w_end, BW):
+        xw = (w0 + offs_w) * 8  # the tile's activation words: 8 a meta word
+        if EVEN:
+            xa = tl.load(x_rows + xw[:, None, None])
+            xb = tl.load(x_rows + (xw + 4)[:, None, None])
+        else:
+            x_ok = ((w0 + offs_w) < w_end)[:, None, None]
+            xa = tl.load(x_rows + xw[:, None, None], mask=x_ok & ((xw[:, None, None] + offs_c) < 2 * VW), other=0)
+            xb = tl.load(x_rows + (xw + 4)[:, None, None], mask=x_ok & ((xw[:, None, None] + 4 + offs_c) < 2 * VW),
+                         other=0)
+        v0, v1, v2, v3 = _split4(v, BW, BN)
+        x0, x1, x2, x3 = _split4(xa, BW, BN)
+        x4, x5, x6, x7 = _split4(xb, BW, BN)
+        if USE_ASM:
+            acc = tl.inline_asm_elementwise(_IW_ASM, "=r" + ",r" * 14,
+                                            [meta, v0, v1, v2, v3, x0, x1, x2, x3, x4, x5, x6, x7, acc],
+                                            dtype=tl.int32, is_pure=True, pack=1)
+        else:
+            acc += (_iw_ref(meta, v0, x0, x1, 0) + _iw_ref(meta, v1, x2, x3, 1) + _iw_ref(meta, v2, x4, x5, 2)
+                    + _iw_ref(meta, v3, x6, x7, 3))
+        meta, v = meta_nx, v_nx
+        mw += BW
+        meta_nx, v_nx = _iw_tile(m_rows, v_rows, tl.minimum(mw, w_end - 1) * ONE, offs_c, (mw < w_end)[:, None], VW,
+                                 EVEN)
+
+    dot = tl.sum(acc, axis=0)  # exact int32
     out = dot.to(tl.float32) * tl.load(sw_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32) * sx
     splitk_epilogue(out, out_ptr + m * stride_om + offs_n, n_mask, ws_ptr, lock_ptr, tl.arange(0, BN),
                     m * tl.num_programs(0) + pid_n, pid_s, S, BN)
@@ -689,17 +865,15 @@ def _check(what, x, values, meta, w_scale):
     return n, k
 
 
-def _config(m: int, int8: bool = False) -> dict:
-    """Kernel and tiles by M (measured on the H100: bench/results/h100/kernels/NOTES.md, kernels_s14/, kernels_s15/).
-    One token: the PRMT GEMV; from 2 tokens the word-widening tensor-core kernel (above TC_MAX_M with 128 x 128
-    tiles)."""
+def _config(m: int, int8: bool = False, n: int = 0, k: int = 0) -> dict:
+    """Kernel and tiles by M (measured on the H100: bench/results/h100/kernels/NOTES.md, kernels_s14/, kernels_s15/,
+    kernels_s16/), and for int8 at one token by the layer's N x K where given. One token: the PRMT GEMVs; from 2 tokens
+    the word-widening tensor-core kernel (above TC_MAX_M with 128 x 128 tiles)."""
     tuned = tuned_config("sparse24-int8" if int8 else "sparse24-fp16", m)
     if tuned:
         return tuned
-    if m <= GEMV_MAX_M and int8:  # session 5's sweep (rotating timing, bench/results/h100/kernels_s5/): x quantized
-        # in every program, no quantizer launch: 2.19x over fp16 at M = 1, median of the 8 Llama-3 shapes (1.90x with
-        # the quantizer launch and PDL)
-        return {"kind": "prmt", "BN": 32, "BW": 16, "num_warps": 8, "waves": 2, "fused": True}
+    if m <= GEMV_MAX_M and int8:
+        return _config_iw(n, k)
     if m <= GEMV_MAX_M:  # the H100 sweep of 2026-11-22 (bench/results/h100/kernels/tuned.json); session 5's confirms it
         return {"kind": "prmt", "BN": 16, "BW": 8, "num_warps": 4, "waves": 4}
     if m > TC_MAX_M:
@@ -710,6 +884,29 @@ def _config(m: int, int8: bool = False) -> dict:
     if m > 32 and not int8:
         return dict(cfg, BN=128, num_warps=8)
     return cfg
+
+
+IW_CONFIG = {"kind": "prmtw", "BN": 8, "BW": 32, "num_warps": 4, "waves": 1, "pdl": 1, "qwait": True, "qrecip": True}
+
+
+def _config_iw(n: int, k: int) -> dict:
+    """The one-token 2:4 int8 GEMV (`_sparse24_gemv_iw_kernel`, session 16) by the layer's shape. Sessions 16's H100
+    sweeps (bench/results/h100/kernels_s16/, calls 1-4: 48 tile / split / quantizer variants on the 8 Llama-3 shapes,
+    each run against the dense W8A8 one-token paths in the same process):
+    - x quantized by `quantize_per_token` under PDL, as the dense GEMV does ("pdl", "qwait", "qrecip"): every program
+      quantizing x itself (the old kernel's way, and this kernel's "fused") was slower on every large layer (8B down
+      21.7 against 17.6 us), as was an L2 prefetch of the next lines before the wait (8B gate/up 16.0 -> 18.8 us);
+    - 8 rows x 32 meta words a step on 4 warps, K unsplit where the tiles fill one wave: median 1.27-1.29x of dense
+      W8A8 (16 x 32 two waves 1.24x; session 15's kernel 1.04-1.05x in the same calls);
+    - K > 8192 (a long row, whose quantizer runs longer before the wait): 64 meta words a step, so the two tiles
+      requested before the wait are twice the bytes (8B down 16.8 -> 15.7 us; 70B q/o, K = 8192, 17.1 -> 18.3 the
+      other way);
+    - N <= 2048 (k/v): 4 rows x 128 meta words, twice the programs (8B k/v 5.2 -> 3.7 us, 70B k/v 6.8 -> 4.8)."""
+    if n and n <= 2048:
+        return dict(IW_CONFIG, BN=4, BW=128)
+    if k > 8192:
+        return dict(IW_CONFIG, BW=64)
+    return dict(IW_CONFIG)
 
 
 def alternative_configs(m: int, int8: bool = False) -> dict[str, dict]:
@@ -733,6 +930,36 @@ def _mma_config(m: int) -> dict:
     return {"kind": "mma", "BM": 128, "BN": 128, "BK": 64, "num_warps": 8, "num_stages": 3}
 
 
+def _launch_iw(x2, values, meta, sw, out, cfg: dict) -> torch.Tensor:
+    """`_sparse24_gemv_iw_kernel` (config kind "prmtw") on x quantized once by `quantize_per_token`, or with "fused" by
+    the kernel itself (no quantizer launch). "pdl": launched with PDL (behind the quantizer, or behind whatever runs
+    before it when fused), its first two weight tiles requested before the wait; "qwait": the quantizer waits for
+    the kernel before it, as kernels.w8a8's GEMV does; "qrecip", "qwarps", "qchunk": as there (`kernels.w8a8._quantize`);
+    "prefetch" (bytes, with "pdl"): each row's next values sent to L2 before the wait."""
+    m, k = x2.shape
+    n = values.shape[0]
+    mw = meta_words(k)
+    bn, bw = cfg["BN"], cfg["BW"]
+    n_tiles = triton.cdiv(n, bn)
+    split, per = config_chunks(n_tiles * m, triton.cdiv(mw, bw), cfg, x2.device)
+    ws, locks = splitk_buffers(x2.device, n_tiles * m, split, bn)
+    pdl = bool(cfg.get("pdl")) and pdl_enabled(x2.device)
+    fused = bool(cfg.get("fused"))
+    if fused:  # int8 codes written by the kernel itself (K padded to whole words)
+        xq, sx = torch.empty(m, triton.cdiv(k, 16) * 16, device=x2.device, dtype=torch.int8), sw
+        x2 = x2.contiguous()
+    else:
+        xq, sx = _quantize(x2, cfg, pdl, 0)
+    x32 = xq.view(torch.int32)
+    _sparse24_gemv_iw_kernel[(n_tiles, split, m)](
+        x32, sx, values.view(torch.int32), meta, sw, out, ws, locks, m, n, k // 8, mw, per * bw, split, x32.stride(0), n,
+        0, 1, USE_ASM=not interpreting(), BN=bn, BW=bw, PDL=pdl, EVEN=k % 32 == 0 and mw % bw == 0, X_FLOAT=fused,
+        PREFETCH=pow2_floor(cfg["prefetch"]) if pdl and cfg.get("prefetch") else 0,
+        xf_ptr=x2 if fused else None, K=k if fused else 0, PRO_BK=min(4096, triton.next_power_of_2(k)) if fused else 1024,
+        num_warps=cfg["num_warps"], **({"launch_pdl": True} if pdl else {}))
+    return out
+
+
 def _launch(x, values, meta, w_scale, config: dict | None = None) -> torch.Tensor:
     int8 = values.dtype == torch.int8
     what = "sparse24_w8a8_linear" if int8 else "sparse24_linear"
@@ -747,13 +974,17 @@ def _launch(x, values, meta, w_scale, config: dict | None = None) -> torch.Tenso
     out = torch.empty(m, n, device=x.device, dtype=x.dtype)
     if m == 0:
         return out.reshape(*lead, n)
-    cfg = dict(config or _config(m, int8))
+    cfg = dict(config or _config(m, int8, n, k))
     sw = w_scale.reshape(n) if int8 else values  # sw_ptr unused unless INT8
     mw = meta_words(k)
     if cfg["kind"] == "tc" and (not int8 or k % 8 == 0):
         return _launch_tc(x2, values, meta, sw if int8 else None, out, cfg).reshape(*lead, n)
     if cfg["kind"] == "tc":  # int8 values with K not a multiple of 8: no 32-bit value words; the expand kernel
         cfg = _mma_config(m)
+    if cfg["kind"] == "prmtw" and int8 and k % 8 == 0:
+        return _launch_iw(x2, values, meta, sw, out, cfg).reshape(*lead, n)
+    if cfg["kind"] == "prmtw":  # a meta word per asm needs int8 values in 32-bit words; else the byte-wise GEMV
+        cfg["kind"] = "prmt"
     if cfg["kind"] == "prmt" and (not int8 or k % 8 == 0):
         bw = cfg["BW"]
         n_tiles = triton.cdiv(n, cfg["BN"])

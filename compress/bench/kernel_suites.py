@@ -363,7 +363,7 @@ def run_sparse24(copy_gbs: float, quick: bool, method: str = DEFAULT_METHOD) -> 
         for m in ms:
             x = torch.randn(m, k, device="cuda").half()
             want = sparse24_w8a8_linear_ref(x, q["values"], q["meta"], q["w_scale"])
-            o = runtime_paths(_sparse24_layer(n, k), q, x, want, method, _kernel_label(_config(m, True)))
+            o = runtime_paths(_sparse24_layer(n, k), q, x, want, method, _kernel_label(_config(m, True, n, k)))
             dense = w8a8_dense(n, k, m, method)
             ref = _fp16_ms(x, w, method)
             _emit(rows, _row(name, n, k, m, o["ms"], ref, qbytes + 2 * m * (k + n), copy_gbs, rel_err=o["rel_err"],

@@ -1,0 +1,105 @@
+"""Session 16: the one-token 2:4 int8 GEMV that takes a whole meta word (4 value words, 32 columns) per asm
+(kernels.sparse24 `_sparse24_gemv_iw_kernel`, config kind "prmtw") -- the same bits as x quantized once and the
+value-word GEMV, its shape rule, and its sm_90 build (no tile through shared memory)."""
+
+import pytest
+import torch
+
+from kernels.cases import LLAMA_SHAPES, make_sparse24
+from kernels.sparse24 import IW_CONFIG, _config, _launch, sparse24_w8a8_linear_ref
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+PRMT = {"kind": "prmt", "BN": 16, "BW": 1, "num_warps": 4, "split": 1}  # the value-word GEMV, x quantized once
+CONFIGS = {"split2": {"kind": "prmtw", "BN": 16, "BW": 2, "num_warps": 4, "split": 2},
+           "even": {"kind": "prmtw", "BN": 8, "BW": 4, "num_warps": 4, "split": 1},
+           "pdl": dict(IW_CONFIG, BW=2, split=3),
+           "fused": {"kind": "prmtw", "BN": 16, "BW": 2, "num_warps": 4, "split": 2, "fused": True}}
+
+
+def rel_err(a, b):
+    return ((a.float() - b.float()).norm() / b.float().norm()).item()
+
+
+@pytest.mark.parametrize("cfg", CONFIGS.values(), ids=CONFIGS.keys())
+@pytest.mark.parametrize("shape", [(1, 48, 256), (1, 40, 200), (2, 64, 96), (1, 33, 136), (3, 20, 1024)], ids=str)
+def test_iw_gives_the_value_word_gemv_bits(shape, cfg):
+    # odd N, K not a multiple of 32 (a partial meta word: the masked loads) or of BW meta words, split-K, 2-3 tokens
+    m, n, k = shape
+    p = make_sparse24(n, k, torch.int8, DEVICE, seed=n + k)
+    x = torch.randn(m, k, device=DEVICE).half() * 3
+    got = _launch(x, p["values"], p["meta"], p["w_scale"], cfg)
+    assert got.shape == (m, n) and torch.isfinite(got).all()
+    assert torch.equal(got, _launch(x, p["values"], p["meta"], p["w_scale"], PRMT))
+    assert rel_err(got, sparse24_w8a8_linear_ref(x, p["values"], p["meta"], p["w_scale"])) < 3e-3
+
+
+def test_iw_k_not_a_multiple_of_8_takes_the_byte_gemv():
+    p = make_sparse24(24, 36, torch.int8, DEVICE, seed=3)  # no whole 32-bit value words
+    x = torch.randn(1, 36, device=DEVICE).half()
+    got = _launch(x, p["values"], p["meta"], p["w_scale"], dict(IW_CONFIG))
+    assert rel_err(got, sparse24_w8a8_linear_ref(x, p["values"], p["meta"], p["w_scale"])) < 3e-3
+
+
+def test_iw_config_rule():
+    # session 16, calls 1-4 (bench/results/h100/kernels_s16/): x quantized once under PDL, 8 rows x 32 meta words,
+    # 64 meta words where K > 8192, 4 rows x 128 where N <= 2048
+    assert _config(1, True) == IW_CONFIG and IW_CONFIG["kind"] == "prmtw" and IW_CONFIG["pdl"] and IW_CONFIG["qwait"]
+    assert not IW_CONFIG.get("fused")
+    for n, k, bn, bw in ((4096, 4096, 8, 32), (14336, 4096, 8, 32), (8192, 8192, 8, 32), (4096, 14336, 8, 64),
+                         (8192, 28672, 8, 64), (1024, 4096, 4, 128), (1024, 8192, 4, 128)):
+        cfg = _config(1, True, n, k)
+        assert (cfg["kind"], cfg["BN"], cfg["BW"], cfg["num_warps"]) == ("prmtw", bn, bw, 4), (n, k)
+    assert _config(1, False, 4096, 4096)["kind"] == "prmt"  # fp16 values keep the value-word GEMV
+    assert _config(2, True, 4096, 4096)["kind"] == "tc"
+
+
+_AOT = """
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+import kernels.sparse24 as sp
+
+fn = sp._sparse24_gemv_iw_kernel
+ptrs = dict(x_ptr="*i32", sx_ptr="*fp32", v_ptr="*i32", meta_ptr="*i32", sw_ptr="*fp32", out_ptr="*fp16",
+            ws_ptr="*fp32", lock_ptr="*i32", xf_ptr="*fp16")
+n = 0
+for (rows, k), even, fused in [(s, e, f) for s in ((4096, 4096), (4096, 14336), (1024, 4096)) for e in (True, False)
+                               for f in (False, True)]:
+    cfg = sp._config(1, True, rows, k)
+    consts = dict(USE_ASM=True, BN=cfg["BN"], BW=cfg["BW"], PDL=True, EVEN=even, PREFETCH=0, X_FLOAT=fused,
+                  K=k if fused else 0, PRO_BK=4096)
+    if not fused:
+        consts["xf_ptr"] = None
+    sig = {a: "constexpr" if a in consts else ptrs.get(a, "i32") for a in fn.arg_names}
+    div = [i for i, a in enumerate(fn.arg_names) if a not in consts and a not in ("M", "S", "WORDS_PER_SPLIT", "ONE")]
+    src = ASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(a),): v for a, v in consts.items()},
+                    attrs={(i,): [["tt.divisibility", 16]] for i in div})
+    kern = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": cfg["num_warps"]})
+    ptx = kern.asm["ptx"]
+    assert "prmt.b32 lo, " in ptx and "dp4a.s32.s32" in ptx and "griddepcontrol.wait" in ptx, (rows, k)
+    # every operand of the asm is loaded in the tile's own layout: only the split-K epilogue's reductions use shared
+    # memory (a layout change of a tile would take BN x BW x 4 x 4 bytes or more)
+    assert kern.metadata.shared <= 1024, (rows, k, even, fused, kern.metadata.shared)
+    n += 1
+print("compiled", n)
+"""
+
+
+def test_iw_compiles_for_the_h100():
+    from tests.test_kernels_w8a8 import compile_for_the_h100
+
+    compile_for_the_h100(_AOT, "compiled 12")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("shape", LLAMA_SHAPES, ids=[s[0] for s in LLAMA_SHAPES])
+def test_iw_llama_shapes_gpu(shape):
+    _, n, k = shape
+    p = make_sparse24(n, k, torch.int8, "cuda", seed=n + k)
+    x = torch.randn(1, k, device="cuda").half()
+    got = _launch(x, p["values"], p["meta"], p["w_scale"])  # the served config (PDL, the shape rule)
+    assert torch.equal(got, _launch(x, p["values"], p["meta"], p["w_scale"], dict(PRMT, BW=8)))  # both unsplit here
+    assert torch.equal(got, _launch(x, p["values"], p["meta"], p["w_scale"], dict(_config(1, True, n, k), fused=True)))
+    assert rel_err(got, sparse24_w8a8_linear_ref(x, p["values"], p["meta"], p["w_scale"])) < 3e-3
