@@ -39,8 +39,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from kernels import w8a8_gemm_tma
 from kernels._common import (check_activation, check_device, config_chain, config_chunks, interpreting, num_sms,
-                             pdl_enabled, pow2_floor, splitk_buffers, splitk_epilogue, swap_ab_pids, swap_ab_store,
-                             tuned_config)
+                             pdl_enabled, pow2_floor, splitk_buffers, swap_ab_pids, swap_ab_store, tuned_config)
 
 ACT_EPS = 1e-8
 # Above this M, quantize activations in a separate pass (see module docstring).
@@ -348,113 +347,6 @@ def _gemv_tokens_kernel(
              mask=n_mask[:, None] & t_mask[None, :])
 
 
-_DP4A4_ASM = tl.constexpr("{ .reg .b32 a; dp4a.s32.s32 a, $1, $5, $9; dp4a.s32.s32 a, $2, $6, a; "
-                          "dp4a.s32.s32 a, $3, $7, a; dp4a.s32.s32 $0, $4, $8, a; }")
-
-
-@triton.jit
-def _split_words(t, A: tl.constexpr, B: tl.constexpr, C: tl.constexpr):
-    """(A, B, C, 4) -> its 4 slices (A, B, C) along the last axis, in order (free: the axis is in one thread)."""
-    a, b = tl.split(tl.reshape(t, [A, B, C, 2, 2]))  # a: words 0 and 2, b: 1 and 3
-    t0, t2 = tl.split(a)
-    t1, t3 = tl.split(b)
-    return t0, t1, t2, t3
-
-
-@triton.jit(do_not_specialize=["ONE"])
-def _gemv_words_kernel(
-    xq_ptr,  # (M, K/4) int32 view of the int8 activations (quantize_per_token)
-    sx_ptr,  # (M,) fp32 token scales
-    w_ptr,  # (N, K/4) int32 view of the int8 weights
-    sw_ptr,  # (N,) channel scales
-    out_ptr,  # (M, N)
-    ws_ptr,
-    lock_ptr,
-    M,
-    N,
-    KW,  # K / 4 words (K a multiple of 16: whole 4-word quads)
-    QUADS_PER_SPLIT,  # 4-word quads of K per split, a multiple of BQ
-    S,
-    stride_xw,  # x row stride in words
-    stride_om,
-    ZERO,  # 0, at run time (see the x loads)
-    ONE,  # 1, at run time and not specialized (see the weight loads)
-    MT: tl.constexpr,  # tokens per program, a power of two >= M
-    BN: tl.constexpr,
-    BQ: tl.constexpr,  # quads (16 weight bytes) of a row per step
-    USE_ASM: tl.constexpr,
-    PDL: tl.constexpr = False,  # launched with programmatic dependent launch behind the quantizer
-    EVEN: tl.constexpr = False,  # every split a whole number of BQ-quad steps: no masked load
-):
-    """Few-token int8 GEMV (session 16) on x quantized once: y[m, n] = (sum_k q_x[m, k] w[n, k]) * s_w[n] * s_x[m].
-    `_gemv_tokens_kernel`'s math with the layout of kernels/sparse24.py's one-token 2:4 GEMV: tiles are (BQ quads,
-    BN rows, MT tokens, 4 words), quads first, so a warp's lanes read 16 contiguous bytes each along a row; the
-    weights' quad index is multiplied by a run-time 1 (ONE) so their load takes the activations' lane order; every
-    lane loads the activation words of its own elements (the rows offset by ZERO, a run-time 0), so no operand goes
-    through shared memory; the M tokens of a weight quad are M chains of 4 dp4a in one thread's registers. The first
-    two weight tiles are requested before the wait for the quantizer (PDL), each later one a tile ahead."""
-    pid_n = tl.program_id(0)
-    pid_s = tl.program_id(1)
-    offs_n = pid_n * BN + tl.arange(0, BN)
-    n_mask = offs_n < N
-    rows = tl.minimum(offs_n, N - 1).to(tl.int64)  # rows past N read row N - 1; none of them is stored
-    offs_t = tl.arange(0, MT)
-    t_mask = offs_t < M
-    offs_q = tl.arange(0, BQ)
-    offs_c = tl.arange(0, 4)
-    kq = KW // 4
-    q_start = pid_s * QUADS_PER_SPLIT
-    q_end = tl.minimum(q_start + QUADS_PER_SPLIT, kq)
-    w_rows = w_ptr + rows[None, :, None, None] * KW + offs_c[None, None, None, :]  # (1, BN, 1, 4)
-    x_rows = (xq_ptr + tl.minimum(offs_t, M - 1).to(tl.int64)[None, None, :, None] * stride_xw
-              + offs_n[None, :, None, None] * ZERO + offs_c[None, None, None, :])  # (1, BN, MT, 4)
-
-    q = q_start + offs_q
-    if EVEN:  # the tile past a split's end is clamped to its last quad (loaded, never used) instead of masked
-        w = tl.load(w_rows + (q * 4 * ONE)[:, None, None, None])
-        q += BQ
-        w_nx = tl.load(w_rows + (tl.minimum(q, q_end - 1) * 4 * ONE)[:, None, None, None])
-    else:
-        w = tl.load(w_rows + (q * 4 * ONE)[:, None, None, None], mask=(q < q_end)[:, None, None, None], other=0)
-        q += BQ
-        w_nx = tl.load(w_rows + (q * 4 * ONE)[:, None, None, None], mask=(q < q_end)[:, None, None, None], other=0)
-    if PDL:
-        gdc_wait()
-    acc = tl.zeros([BQ, BN, MT], dtype=tl.int32)
-    for q0 in range(q_start, q_end, BQ):
-        qx = q0 + offs_q
-        if EVEN:
-            x = tl.load(x_rows + (qx * 4)[:, None, None, None])
-        else:
-            x = tl.load(x_rows + (qx * 4)[:, None, None, None], mask=(qx < q_end)[:, None, None, None], other=0)
-        w0, w1, w2, w3 = _split_words(w, BQ, BN, 1)
-        x0, x1, x2, x3 = _split_words(x, BQ, BN, MT)
-        w0 = tl.broadcast_to(w0, [BQ, BN, MT])
-        w1 = tl.broadcast_to(w1, [BQ, BN, MT])
-        w2 = tl.broadcast_to(w2, [BQ, BN, MT])
-        w3 = tl.broadcast_to(w3, [BQ, BN, MT])
-        if USE_ASM:
-            acc = tl.inline_asm_elementwise(_DP4A4_ASM, "=r" + ",r" * 9, [w0, w1, w2, w3, x0, x1, x2, x3, acc],
-                                            dtype=tl.int32, is_pure=True, pack=1)
-        else:  # the CPU interpreter runs no inline asm
-            for i in tl.static_range(4):
-                acc += (_sbyte(w0, i) * _sbyte(x0, i) + _sbyte(w1, i) * _sbyte(x1, i) + _sbyte(w2, i) * _sbyte(x2, i)
-                        + _sbyte(w3, i) * _sbyte(x3, i))
-        w = w_nx
-        q = q + BQ
-        if EVEN:
-            w_nx = tl.load(w_rows + (tl.minimum(q, q_end - 1) * 4 * ONE)[:, None, None, None])
-        else:
-            w_nx = tl.load(w_rows + (q * 4 * ONE)[:, None, None, None], mask=(q < q_end)[:, None, None, None], other=0)
-    tot = tl.sum(acc, axis=0)  # (BN, MT) exact int32
-    sx = tl.load(sx_ptr + offs_t, mask=t_mask, other=0.0)
-    sw = tl.load(sw_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)
-    y = tot.to(tl.float32) * sw[:, None] * sx[None, :]  # the GEMM kernel's order: acc * s_w * s_x
-    local = tl.arange(0, BN)[:, None] * MT + offs_t[None, :]
-    splitk_epilogue(y, out_ptr + offs_t[None, :] * stride_om + offs_n[:, None], n_mask[:, None] & t_mask[None, :],
-                    ws_ptr, lock_ptr, local, pid_n, pid_s, S, BN * MT)
-
-
 # Rows up to this length are quantized by `_quant_row_kernel` (the row fits in the registers of a CTA).
 ROW_KERNEL_MAX_K = 32768
 
@@ -693,27 +585,6 @@ def _launch_gemv(x2, weight, sw, out, cfg: dict) -> torch.Tensor:
     return out
 
 
-def _launch_gemv_words(x2, weight, sw, out, cfg: dict) -> torch.Tensor:
-    """`_gemv_words_kernel` (config kind "gemvw") on x quantized once (`_quantize`: "pdl", "qwait", "qrecip"), BN
-    rows x BQ quads (16 bytes) of a row a step, K split by `config_chunks` ("waves", "fit", "split")."""
-    m, k = x2.shape
-    n = weight.shape[0]
-    pdl = bool(cfg.get("pdl")) and pdl_enabled(x2.device)
-    xq, sx = _quantize(x2, cfg, pdl, 0)
-    bn, bq = cfg["BN"], cfg["BQ"]
-    mt = max(2, triton.next_power_of_2(m))
-    n_tiles = triton.cdiv(n, bn)
-    kq = k // 16
-    split, per = config_chunks(n_tiles, triton.cdiv(kq, bq), cfg, x2.device)
-    ws, locks = splitk_buffers(x2.device, n_tiles, split, bn * mt)
-    _gemv_words_kernel[(n_tiles, split)](
-        xq.view(torch.int32), sx, weight.view(torch.int32), sw, out, ws, locks, m, n, k // 4, per * bq, split,
-        xq.stride(0) // 4, out.stride(0), 0, 1, MT=mt, BN=bn, BQ=bq, USE_ASM=not interpreting(), PDL=pdl,
-        EVEN=kq % bq == 0, num_warps=cfg.get("num_warps", 4),
-        **({"launch_pdl": True} if pdl else {}))
-    return out
-
-
 def _launch(x, weight, w_scale, config: dict | None = None) -> torch.Tensor:
     n, k = _check(x, weight, w_scale)
     lead = x.shape[:-1]
@@ -726,8 +597,6 @@ def _launch(x, weight, w_scale, config: dict | None = None) -> torch.Tensor:
     sw = w_scale.reshape(n)
     if cfg.get("kind") == "gemv" and m <= GEMV_TOKENS_MAX_M and weight.is_contiguous():
         return _launch_gemv(x2, weight, sw, out, cfg).reshape(*lead, n)
-    if cfg.get("kind") == "gemvw" and m <= GEMV_TOKENS_MAX_M and weight.is_contiguous():
-        return _launch_gemv_words(x2, weight, sw, out, cfg).reshape(*lead, n)
     if cfg.get("kind") == "tma":
         if w8a8_gemm_tma.supports(weight, n, k):
             pdl = bool(cfg.get("pdl")) and pdl_enabled(x.device)
