@@ -234,6 +234,8 @@ def tune_w8a8(log):
 
 # ----------------------------------------------------------------------------------------------- 2:4
 def _sp_configs(kind: str):
+    from kernels.sparse24 import IW_CONFIG
+
     def configs(m: int) -> list[dict]:
         if FINAL:
             out = [{"kind": "prmt", "BN": bn, "BW": bw, "num_warps": nw, "waves": wv}
@@ -243,6 +245,8 @@ def _sp_configs(kind: str):
                 out += [dict(out[i], fused=True) for i in range(5)]  # x quantized in every program, no quantizer launch
                 out += [{"kind": "prmt", "BN": 64, "BW": 4, "num_warps": 4, "waves": 2, "fused": True},
                         {"kind": "prmt", "BN": 32, "BW": 16, "num_warps": 8, "waves": 2, "fused": True}]
+                # session 16's meta-word GEMV in the three tilings of kernels.sparse24._config_iw
+                out += [dict(IW_CONFIG), dict(IW_CONFIG, BW=64), dict(IW_CONFIG, BN=4, BW=128)]
             return out
         out = [{"kind": "gemv", "BN": 32, "BW": 8, "num_warps": 4}]  # last session
         for bn, bw, nw in [(32, 4, 4), (64, 4, 4), (32, 8, 4), (16, 8, 4), (64, 8, 8), (128, 4, 8)]:
