@@ -5,9 +5,12 @@ Variants:
 - int8 values with per-channel scales and dynamic per-token int8 activations, the W8A8 math of
   kernels/w8a8.py (`sparse24_w8a8_linear`).
 Kernels:
-- `_sparse24_gemv_f_kernel` / `_sparse24_gemv_i_kernel` ("prmt", decode, M <= GEMV_MAX_M): read only the kept
-  values and the 2-bit positions, gather the matching activations with PRMT (see the comment above them);
-  int8 runs on activations quantized once by kernels.w8a8.quantize_per_token and multiplies with dp4a.
+- `_sparse24_gemv_f_kernel` ("prmt", decode, M <= GEMV_MAX_M, fp16/bf16 values): reads only the kept values and
+  the 2-bit positions and gathers the matching activations with PRMT (see the comment above it).
+- `_sparse24_gemv_iw_kernel` ("prmtw", decode, int8 values; session 16): the same gather a whole meta word (4 value
+  words) per asm, every operand loaded in the tile's own layout, on activations quantized once by
+  kernels.w8a8.quantize_per_token; dp4a multiplies. `_sparse24_gemv_i_kernel` ("prmt" on int8 values, a value word
+  per asm; session 15's served kernel) stays for the sweeps and as the new kernel's twin in the tests.
 - `_sparse24_gemv_kernel` ("gemv"): session 2's select-based GEMV, kept for the sweeps and for int8 layers
   whose in_features is not a multiple of 8.
 - `_sparse24_tc_kernel` ("tc", from 2 tokens; session 14): widens whole meta / value words to the dense tile in
@@ -35,7 +38,7 @@ from compress.packing.sparse24 import meta_words, unpack_sparse24
 from triton.language.extra.cuda import gdc_wait
 
 from kernels._common import (check_activation, check_device, config_chunks, interpreter_dot_f32, interpreting, pdl_enabled,
-                             pow2_floor, splitk_buffers, splitk_epilogue, swap_ab_pids, swap_ab_store, tuned_config)
+                             splitk_buffers, splitk_epilogue, swap_ab_pids, swap_ab_store, tuned_config)
 from kernels.w8a8 import (ACT_EPS, _int8_codes, _quantize, _quantize_tile, _row_scales, quantize_per_token,
                           quantize_per_token_ref)
 
@@ -434,8 +437,6 @@ def _sparse24_gemv_iw_kernel(
     BW: tl.constexpr,  # meta words per step
     PDL: tl.constexpr = False,  # launched with programmatic dependent launch behind the quantizer
     EVEN: tl.constexpr = False,  # K a multiple of 32 and MW of BW: every tile whole, no masked load
-    PREFETCH: tl.constexpr = 0,  # PDL: bytes of each row's values (and a quarter as many of meta) sent to L2 before
-                                 # the wait, beyond the two tiles in registers
     X_FLOAT: tl.constexpr = False,  # xf_ptr holds the fp16/bf16 x: every program quantizes it (see below)
     xf_ptr=None,  # (M, K) fp16/bf16 (X_FLOAT)
     K: tl.constexpr = 0,  # in_features (X_FLOAT)
@@ -469,17 +470,6 @@ def _sparse24_gemv_iw_kernel(
     mw += BW
     meta_nx, v_nx = _iw_tile(m_rows, v_rows, tl.minimum(mw, w_end - 1) * ONE, offs_c, (mw < w_end)[:, None], VW, EVEN)
     if PDL:
-        if PREFETCH > 0:
-            # While the quantizer runs (8B down's 14336 columns take it ~3.4 us on one SM), the DRAM would idle
-            # after the first two tiles: send the next 128-byte lines of this split's rows to L2.
-            vl = tl.minimum((w_start + 2 * BW) * 4 + tl.arange(0, PREFETCH // 128) * 32, w_end * 4 - 1)
-            ml = tl.minimum(w_start + 2 * BW + tl.arange(0, max(PREFETCH // 512, 1)) * 32, w_end - 1)
-            pv = v_ptr + rows[:, None] * VW + vl[None, :]
-            pm = meta_ptr + rows[:, None] * MW + ml[None, :]
-            tl.inline_asm_elementwise("prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [pv], dtype=tl.int32,
-                                      is_pure=False, pack=1)
-            tl.inline_asm_elementwise("prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [pm], dtype=tl.int32,
-                                      is_pure=False, pack=1)
         gdc_wait()
     if X_FLOAT:
         # No quantizer launch: the token's absmax over its whole row (read from L2 by every program), then this
@@ -934,8 +924,9 @@ def _launch_iw(x2, values, meta, sw, out, cfg: dict) -> torch.Tensor:
     """`_sparse24_gemv_iw_kernel` (config kind "prmtw") on x quantized once by `quantize_per_token`, or with "fused" by
     the kernel itself (no quantizer launch). "pdl": launched with PDL (behind the quantizer, or behind whatever runs
     before it when fused), its first two weight tiles requested before the wait; "qwait": the quantizer waits for
-    the kernel before it, as kernels.w8a8's GEMV does; "qrecip", "qwarps", "qchunk": as there (`kernels.w8a8._quantize`);
-    "prefetch" (bytes, with "pdl"): each row's next values sent to L2 before the wait."""
+    the kernel before it, as kernels.w8a8's GEMV does; "qrecip", "qwarps", "qchunk": as there (`kernels.w8a8._quantize`).
+    Session 16 also timed an L2 prefetch of each row's next 1-4 KB before the wait: slower on every large layer
+    (bench/results/h100/kernels_s16/, call 2), not kept."""
     m, k = x2.shape
     n = values.shape[0]
     mw = meta_words(k)
@@ -954,7 +945,6 @@ def _launch_iw(x2, values, meta, sw, out, cfg: dict) -> torch.Tensor:
     _sparse24_gemv_iw_kernel[(n_tiles, split, m)](
         x32, sx, values.view(torch.int32), meta, sw, out, ws, locks, m, n, k // 8, mw, per * bw, split, x32.stride(0), n,
         0, 1, USE_ASM=not interpreting(), BN=bn, BW=bw, PDL=pdl, EVEN=k % 32 == 0 and mw % bw == 0, X_FLOAT=fused,
-        PREFETCH=pow2_floor(cfg["prefetch"]) if pdl and cfg.get("prefetch") else 0,
         xf_ptr=x2 if fused else None, K=k if fused else 0, PRO_BK=min(4096, triton.next_power_of_2(k)) if fused else 1024,
         num_warps=cfg["num_warps"], **({"launch_pdl": True} if pdl else {}))
     return out

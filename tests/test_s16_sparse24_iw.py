@@ -67,7 +67,7 @@ n = 0
 for (rows, k), even, fused in [(s, e, f) for s in ((4096, 4096), (4096, 14336), (1024, 4096)) for e in (True, False)
                                for f in (False, True)]:
     cfg = sp._config(1, True, rows, k)
-    consts = dict(USE_ASM=True, BN=cfg["BN"], BW=cfg["BW"], PDL=True, EVEN=even, PREFETCH=0, X_FLOAT=fused,
+    consts = dict(USE_ASM=True, BN=cfg["BN"], BW=cfg["BW"], PDL=True, EVEN=even, X_FLOAT=fused,
                   K=k if fused else 0, PRO_BK=4096)
     if not fused:
         consts["xf_ptr"] = None

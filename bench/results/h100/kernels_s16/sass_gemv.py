@@ -32,7 +32,7 @@ def main():
     fused = "fused" in flags
     fn = sp._sparse24_gemv_iw_kernel if kind == "iw" else sp._sparse24_gemv_i_kernel
     if kind == "iw":
-        consts = dict(USE_ASM=True, BN=bn, BW=bw, PDL=True, EVEN="odd" not in flags, X_FLOAT=fused, K=4096 if fused else 0, PREFETCH=0,
+        consts = dict(USE_ASM=True, BN=bn, BW=bw, PDL=True, EVEN="odd" not in flags, X_FLOAT=fused, K=4096 if fused else 0,
                       PRO_BK=4096)
         if not fused:
             consts["xf_ptr"] = None
