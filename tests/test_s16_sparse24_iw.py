@@ -44,7 +44,7 @@ def test_iw_config_rule():
     # session 16, calls 1-4 (bench/results/h100/kernels_s16/): x quantized once under PDL, 8 rows x 32 meta words,
     # 64 meta words where K > 8192, 4 rows x 128 where N <= 2048
     assert _config(1, True) == IW_CONFIG and IW_CONFIG["kind"] == "prmtw" and IW_CONFIG["pdl"] and IW_CONFIG["qwait"]
-    assert not IW_CONFIG.get("fused")
+    assert not IW_CONFIG.get("fused") and IW_CONFIG["evict"] == "evict_first"
     for n, k, bn, bw in ((4096, 4096, 8, 32), (14336, 4096, 8, 32), (8192, 8192, 8, 32), (4096, 14336, 8, 64),
                          (8192, 28672, 8, 64), (1024, 4096, 4, 128), (1024, 8192, 4, 128)):
         cfg = _config(1, True, n, k)
@@ -54,6 +54,8 @@ def test_iw_config_rule():
 
 
 _AOT = """
+import inspect
+
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
@@ -67,10 +69,13 @@ n = 0
 for (rows, k), even, fused in [(s, e, f) for s in ((4096, 4096), (4096, 14336), (1024, 4096)) for e in (True, False)
                                for f in (False, True)]:
     cfg = sp._config(1, True, rows, k)
-    consts = dict(USE_ASM=True, BN=cfg["BN"], BW=cfg["BW"], PDL=True, EVEN=even, X_FLOAT=fused,
+    consts = dict(USE_ASM=True, BN=cfg["BN"], BW=cfg["BW"], PDL=True, EVEN=even, EVICT=cfg["evict"], X_FLOAT=fused,
                   K=k if fused else 0, PRO_BK=4096)
     if not fused:
         consts["xf_ptr"] = None
+    for q in inspect.signature(fn.fn).parameters.values():  # constexprs left out take their defaults
+        if "constexpr" in str(q.annotation) and q.default is not inspect.Parameter.empty:
+            consts.setdefault(q.name, q.default)
     sig = {a: "constexpr" if a in consts else ptrs.get(a, "i32") for a in fn.arg_names}
     div = [i for i, a in enumerate(fn.arg_names) if a not in consts and a not in ("M", "S", "WORDS_PER_SPLIT", "ONE")]
     src = ASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(a),): v for a, v in consts.items()},
@@ -78,6 +83,7 @@ for (rows, k), even, fused in [(s, e, f) for s in ((4096, 4096), (4096, 14336), 
     kern = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": cfg["num_warps"]})
     ptx = kern.asm["ptx"]
     assert "prmt.b32 lo, " in ptx and "dp4a.s32.s32" in ptx and "griddepcontrol.wait" in ptx, (rows, k)
+    assert "evict_first" in ptx, (rows, k)  # the served weight loads' L2 policy
     # every operand of the asm is loaded in the tile's own layout: only the split-K epilogue's reductions use shared
     # memory (a layout change of a tile would take BN x BW x 4 x 4 bytes or more)
     assert kern.metadata.shared <= 1024, (rows, k, even, fused, kern.metadata.shared)

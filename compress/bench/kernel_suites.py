@@ -220,6 +220,7 @@ def _path(cfg: dict) -> str:
     extra = f" pdl{cfg['pdl']}" if cfg.get("pdl") else ""
     extra += "".join(f" {k}" if v is True else f" {k}{v}" for k, v in cfg.items()
                      if k in ("waves", "fused", "m_fast", "chain", "fit", "split", "deep", "xf", "qrecip") and v)
+    extra += f" {cfg['evict']}" if cfg.get("evict") else ""  # a load's L2 policy, e.g. evict_first
     return f"{kind} {tiles}/{cfg.get('num_warps', '')}w{extra}"
 
 

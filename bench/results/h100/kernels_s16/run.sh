@@ -2,6 +2,8 @@
 # Session 16 device call (repository root, kind nvidia-h100-x1), OUT=$OUT, LIMIT seconds in all; stages in STAGES:
 #   sp24   kernels_s15/sp24_i8_sweep.py: the 2:4 int8 one-token GEMVs (served, the SP_VARIANTS configs; default
 #          iw_variants.json, the meta-word PRMT GEMV `_sparse24_gemv_iw_kernel`) against the dense W8A8 paths
+#   iw     iw_sweep.py: variants (IW_VARIANTS, default iw_variants5.json) over the served one-token 2:4 int8 GEMV of
+#          each shape, against the dense W8A8 one-token paths
 #   w8a8   kernels_s13/w8a8_sweep.py: the W8A8 kernel's served config at W8_MS (default 4,8,16) tokens against the
 #          W8_VARIANTS configs merged over it (default gemvw_variants.json: the few-token GEMV `_gemv_words_kernel`),
 #          on the 8 Llama-3 shapes (W8_SHAPES)
@@ -25,6 +27,9 @@ for s in ${STAGES:-sp24}; do
     sp24)
       SP_VARIANTS="${SP_VARIANTS:-$(cat $DIR/iw_variants.json)}" timeout $(left ${SP_REST:-5}) \
         python3 bench/results/h100/kernels_s15/sp24_i8_sweep.py "$OUT" 2>&1 | tee -a "$LOG" | cut -c1-900 ;;
+    iw)
+      IW_VARIANTS="${IW_VARIANTS:-$(cat $DIR/iw_variants5.json)}" timeout $(left ${IW_REST:-5}) \
+        python3 $DIR/iw_sweep.py "$OUT/iw" 2>&1 | tee -a "$LOG" | cut -c1-600 ;;
     w8a8)
       W8_SHAPES="${W8_SHAPES:-4096x4096,1024x4096,14336x4096,4096x14336,8192x8192,1024x8192,28672x8192,8192x28672}" \
       W8_VARIANTS="${W8_VARIANTS:-$(cat $DIR/gemvw_variants.json)}" timeout $(left ${W8_REST:-5}) \

@@ -11,6 +11,7 @@ KERNEL: i (`_sparse24_gemv_i_kernel`, one value word per asm) or iw (`_sparse24_
 from __future__ import annotations
 
 import collections
+import inspect
 import os
 import re
 import subprocess
@@ -40,6 +41,9 @@ def main():
         consts = dict(USE_ASM=True, BN=bn, BW=bw, X_FLOAT=fused, K=4096 if fused else 0, PRO_BK=4096, PDL_PREFETCH=0)
     ptrs = dict(x_ptr="*fp16" if fused and kind == "i" else "*i32", xf_ptr="*fp16", sx_ptr="*fp32", v_ptr="*i32", meta_ptr="*i32", sw_ptr="*fp32",
                 out_ptr="*fp16", ws_ptr="*fp32", lock_ptr="*i32")
+    for q in inspect.signature(fn.fn).parameters.values():  # constexprs left out take their defaults
+        if "constexpr" in str(q.annotation) and q.default is not inspect.Parameter.empty:
+            consts.setdefault(q.name, q.default)
     sig = {a: "constexpr" if a in consts else ptrs.get(a, "i32") for a in fn.arg_names}
     div = [i for i, a in enumerate(fn.arg_names) if a not in consts and a not in ("M", "S", "WORDS_PER_SPLIT", "ONE")]
     src = ASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(a),): v for a, v in consts.items()},
