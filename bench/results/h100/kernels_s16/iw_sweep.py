@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 SHAPES = [(4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336), (8192, 8192), (1024, 8192), (28672, 8192),
           (8192, 28672)]
-VARIANTS = json.loads(os.environ.get("IW_VARIANTS", '{"depth3": {"depth": 3}}'))
+VARIANTS = json.loads(os.environ.get("IW_VARIANTS", '{"evict_off": {"evict": ""}}'))
 
 
 def main():
