@@ -5,12 +5,12 @@ Variants:
 - int8 values with per-channel scales and dynamic per-token int8 activations, the W8A8 math of
   kernels/w8a8.py (`sparse24_w8a8_linear`).
 Kernels:
-- `_sparse24_gemv_f_kernel` ("prmt", decode, M <= GEMV_MAX_M, fp16/bf16 values): reads only the kept values and
-  the 2-bit positions and gathers the matching activations with PRMT (see the comment above it).
-- `_sparse24_gemv_iw_kernel` ("prmtw", decode, int8 values; session 16): the same gather a whole meta word (4 value
-  words) per asm, every operand loaded in the tile's own layout, on activations quantized once by
-  kernels.w8a8.quantize_per_token; dp4a multiplies. `_sparse24_gemv_i_kernel` ("prmt" on int8 values, a value word
-  per asm; session 15's served kernel) stays for the sweeps and as the new kernel's twin in the tests.
+- `_sparse24_gemv_iw_kernel` / `_sparse24_gemv_fw_kernel` ("prmtw", decode, M <= GEMV_MAX_M; session 16): read only
+  the kept values and the 2-bit positions and gather the matching activations with PRMT, a meta word (int8: 4 value
+  words) or a quad of 4 groups (fp16/bf16) per asm, every operand loaded in the tile's own layout (no shared memory);
+  int8 runs on activations quantized once by kernels.w8a8.quantize_per_token and multiplies with dp4a, fp16/bf16 in
+  fp32. Session 15's value-word GEMVs `_sparse24_gemv_f_kernel` / `_sparse24_gemv_i_kernel` ("prmt") stay for the
+  sweeps and as the new kernels' twins in the tests.
 - `_sparse24_gemv_kernel` ("gemv"): session 2's select-based GEMV, kept for the sweeps and for int8 layers
   whose in_features is not a multiple of 8.
 - `_sparse24_tc_kernel` ("tc", from 2 tokens; session 14): widens whole meta / value words to the dense tile in
@@ -526,6 +526,135 @@ def _sparse24_gemv_iw_kernel(
                     m * tl.num_programs(0) + pid_n, pid_s, S, BN)
 
 
+# fp16/bf16 values in the meta-word layout (session 16), a quad of 4 groups per asm: the quad's 16 meta bits (half a
+# meta word, $2 = 0 or 16) are spread to two PRMT selectors per byte at once -- a byte holds two groups' positions
+# p0 p1 q0 q1; two shift-and-mask rounds put them at bits 0, 8, 16, 24, and one multiply-add by 0x22 (+ 0x10101010)
+# makes each 16-bit half `_F_ASM`'s selector 0x1010 + 0x22 p0 + 0x2200 p1 -- then per group one PRMT gathers its two
+# activations and two FMAs add the fp32 products to the accumulator.
+_FW_GROUP = ("mov.b32 {{h0, h1}}, {v}; mov.b32 {{y0, y1}}, xs; cvt.f32.{t} f0, h0; cvt.f32.{t} f1, h1; "
+             "cvt.f32.{t} g0, y0; cvt.f32.{t} g1, y1; fma.rn.f32 a, f0, g0, {acc}; fma.rn.f32 {out}, f1, g1, a; ")
+_FW_SPREAD = ("and.b32 u, u, 0xFF; shl.b32 w, u, 12; or.b32 u, u, w; and.b32 u, u, 0x000F000F; shl.b32 w, u, 6; "
+              "or.b32 u, u, w; and.b32 u, u, 0x03030303; mad.lo.u32 {s}, u, 0x22, 0x10101010; ")
+_FW_ASM = tl.constexpr(tuple(
+    "{ .reg .b32 t, u, w, s0, s1, xs; .reg .b16 h0, h1, y0, y1; .reg .f32 f0, f1, g0, g1, a; "
+    "shr.u32 t, $1, $2; mov.b32 u, t; " + _FW_SPREAD.format(s="s0") + "shr.u32 u, t, 8; " + _FW_SPREAD.format(s="s1")
+    + "prmt.b32 xs, $7, $8, s0; " + _FW_GROUP.format(v="$3", t=t, acc="$15", out="a")
+    + "shr.u32 s0, s0, 16; prmt.b32 xs, $9, $10, s0; " + _FW_GROUP.format(v="$4", t=t, acc="a", out="a")
+    + "prmt.b32 xs, $11, $12, s1; " + _FW_GROUP.format(v="$5", t=t, acc="a", out="a")
+    + "shr.u32 s1, s1, 16; prmt.b32 xs, $13, $14, s1; " + _FW_GROUP.format(v="$6", t=t, acc="a", out="$0") + "}"
+    for t in ("f16", "bf16")))
+
+
+@triton.jit
+def _fw_ref(mq, vc, x01, x23, c: tl.constexpr, IS_BF16: tl.constexpr):
+    """Group c (0..3) of a quad: `_FW_ASM`'s two products with plain integer ops (the CPU interpreter); mq holds the
+    quad's 16 meta bits in its low half."""
+    t = mq >> (4 * c)
+    p0 = t & 3
+    p1 = (t >> 2) & 3
+    xs0 = tl.where(p0 < 2, x01 >> (16 * p0), x23 >> (16 * (p0 - 2))) & 0xFFFF
+    xs1 = tl.where(p1 < 2, x01 >> (16 * p1), x23 >> (16 * (p1 - 2))) & 0xFFFF
+    return (_half_to_f32(vc & 0xFFFF, IS_BF16) * _half_to_f32(xs0, IS_BF16)
+            + _half_to_f32((vc >> 16) & 0xFFFF, IS_BF16) * _half_to_f32(xs1, IS_BF16))
+
+
+@triton.jit
+def _fw_tile(m_rows, v_rows, q, offs_c, ok, G, ONE, EVEN: tl.constexpr, EVICT: tl.constexpr):
+    """A tile's meta words (BQ, BN) -- the word holding each quad's positions, loaded once per quad -- and value words
+    (BQ, BN, 4: one group of 4 columns each); q (BQ,) its quad indices (clamped past the split by the caller)."""
+    if EVEN:
+        meta = tl.load(m_rows + ((q >> 1) * ONE)[:, None], eviction_policy=EVICT)
+        v = tl.load(v_rows + (q * 4)[:, None, None], eviction_policy=EVICT)
+    else:
+        meta = tl.load(m_rows + ((q >> 1) * ONE)[:, None], mask=ok, other=0, eviction_policy=EVICT)
+        v = tl.load(v_rows + (q * 4)[:, None, None],
+                    mask=ok[:, :, None] & ((q * 4)[:, None, None] + offs_c[None, None, :] < G), other=0,
+                    eviction_policy=EVICT)
+    return meta, v
+
+
+@triton.jit(do_not_specialize=["ONE"])
+def _sparse24_gemv_fw_kernel(
+    x_ptr,  # (M, K/2) int32 view of fp16/bf16 x
+    v_ptr,  # (N, K/4) int32 view of the kept values (a group's two per word)
+    meta_ptr,  # (N, MW) int32
+    out_ptr,  # (M, N)
+    ws_ptr,
+    lock_ptr,
+    M,
+    N,
+    G,  # groups of 4 columns per row = K / 4
+    MW,
+    QUADS_PER_SPLIT,  # quads (4 groups, 16 columns) per split, a multiple of BQ
+    S,
+    stride_xm,  # in int32 words
+    stride_om,
+    ZERO,  # 0, at run time (see `_sparse24_gemv_iw_kernel`)
+    ONE,  # 1, at run time and not specialized
+    IS_BF16: tl.constexpr,
+    USE_ASM: tl.constexpr,
+    BN: tl.constexpr,
+    BQ: tl.constexpr,  # quads per step
+    EVEN: tl.constexpr = False,  # K a multiple of 16 and its quads of BQ: no masked load
+    EVICT: tl.constexpr = "",  # the weight loads' L2 eviction policy
+):
+    """One-token 2:4 GEMV on fp16/bf16 values in `_sparse24_gemv_iw_kernel`'s layout: tiles (BQ quads, BN rows, 4
+    groups), lanes along a row's quads (16 contiguous value bytes a lane), every operand of the asm -- a quad's 4 value
+    words, its meta word, its 8 activation words -- loaded in the tile's own layout; fp32 products and sums."""
+    pid_n = tl.program_id(0)
+    pid_s = tl.program_id(1)
+    m = tl.program_id(2)
+    offs_n = pid_n * BN + tl.arange(0, BN)
+    n_mask = offs_n < N
+    rows = tl.minimum(offs_n, N - 1).to(tl.int64)
+    offs_q = tl.arange(0, BQ)
+    offs_c = tl.arange(0, 4)
+    kq = (G + 3) // 4
+    q_start = pid_s * QUADS_PER_SPLIT
+    q_end = tl.minimum(q_start + QUADS_PER_SPLIT, kq)
+    v_rows = v_ptr + rows[None, :, None] * G + offs_c[None, None, :]  # (1, BN, 4)
+    m_rows = meta_ptr + rows[None, :] * MW  # (1, BN)
+    x_rows = x_ptr + m.to(tl.int64) * stride_xm + offs_n[None, :, None] * ZERO + offs_c[None, None, :]  # (1, BN, 4)
+
+    q = q_start + offs_q
+    meta, v = _fw_tile(m_rows, v_rows, q, offs_c, (q < q_end)[:, None], G, ONE, EVEN, EVICT)
+    q += BQ
+    meta_nx, v_nx = _fw_tile(m_rows, v_rows, tl.minimum(q, q_end - 1), offs_c, (q < q_end)[:, None], G, ONE, EVEN,
+                             EVICT)
+    acc = tl.zeros([BQ, BN], dtype=tl.float32)
+    for q0 in range(q_start, q_end, BQ):
+        qx = q0 + offs_q
+        xw = qx * 8  # the tile's activation words: 8 a quad (2 a group)
+        if EVEN:
+            xa = tl.load(x_rows + xw[:, None, None])
+            xb = tl.load(x_rows + (xw + 4)[:, None, None])
+        else:
+            x_ok = (qx < q_end)[:, None, None]
+            xa = tl.load(x_rows + xw[:, None, None], mask=x_ok & (xw[:, None, None] + offs_c < 2 * G), other=0)
+            xb = tl.load(x_rows + (xw + 4)[:, None, None], mask=x_ok & (xw[:, None, None] + 4 + offs_c < 2 * G),
+                         other=0)
+        v0, v1, v2, v3 = _split4(v, BQ, BN)
+        x0, x1, x2, x3 = _split4(xa, BQ, BN)
+        x4, x5, x6, x7 = _split4(xb, BQ, BN)
+        sh = tl.broadcast_to((16 * (qx & 1))[:, None], [BQ, BN])  # the quad's half of its meta word
+        if USE_ASM:
+            acc = tl.inline_asm_elementwise(_FW_ASM[IS_BF16], "=f" + ",r" * 14 + ",f",
+                                            [meta, sh, v0, v1, v2, v3, x0, x1, x2, x3, x4, x5, x6, x7, acc],
+                                            dtype=tl.float32, is_pure=True, pack=1)
+        else:
+            mq = meta >> sh
+            acc += (_fw_ref(mq, v0, x0, x1, 0, IS_BF16) + _fw_ref(mq, v1, x2, x3, 1, IS_BF16)
+                    + _fw_ref(mq, v2, x4, x5, 2, IS_BF16) + _fw_ref(mq, v3, x6, x7, 3, IS_BF16))
+        meta, v = meta_nx, v_nx
+        q += BQ
+        meta_nx, v_nx = _fw_tile(m_rows, v_rows, tl.minimum(q, q_end - 1), offs_c, (q < q_end)[:, None], G, ONE, EVEN,
+                                 EVICT)
+
+    out = tl.sum(acc, axis=0)
+    splitk_epilogue(out, out_ptr + m * stride_om + offs_n, n_mask, ws_ptr, lock_ptr, tl.arange(0, BN),
+                    m * tl.num_programs(0) + pid_n, pid_s, S, BN)
+
+
 @triton.jit
 def _sparse24_mma_kernel(
     # tensors
@@ -867,8 +996,8 @@ def _config(m: int, int8: bool = False, n: int = 0, k: int = 0) -> dict:
         return tuned
     if m <= GEMV_MAX_M and int8:
         return _config_iw(n, k)
-    if m <= GEMV_MAX_M:  # the H100 sweep of 2026-11-22 (bench/results/h100/kernels/tuned.json); session 5's confirms it
-        return {"kind": "prmt", "BN": 16, "BW": 8, "num_warps": 4, "waves": 4}
+    if m <= GEMV_MAX_M:
+        return _config_fw(n)
     if m > TC_MAX_M:
         return dict(TC_WIDE_CONFIG)
     cfg = dict(TC_CONFIG, BM=max(16, triton.next_power_of_2(m)))
@@ -904,6 +1033,21 @@ def _config_iw(n: int, k: int) -> dict:
     if k > 8192:
         return dict(IW_CONFIG, BW=64)
     return dict(IW_CONFIG)
+
+
+FW_CONFIG = {"kind": "prmtw", "BN": 4, "BQ": 64, "num_warps": 4, "waves": 1, "evict": "evict_first"}
+
+
+def _config_fw(n: int) -> dict:
+    """The one-token 2:4 GEMV on fp16/bf16 values (`_sparse24_gemv_fw_kernel`, session 16) by the layer's N. Session
+    16's H100 sweep (bench/results/h100/kernels_s16/, call 11: 10 tilings on the 8 Llama-3 shapes, each against dense
+    fp16 F.linear in the same process) over session 15's value-word GEMV (16 x 8 meta words on 4 warps, 4 waves;
+    median 1.447x over fp16): 4 rows x 64 quads (1 KB of values a row) a step on 4 warps, K unsplit where the tiles
+    fill one wave, weights loaded evict_first, median 1.734x, faster on all 8 shapes (8B down 29.89 -> 23.84 us);
+    N <= 2048 (k/v): 128 quads a step (8B k/v 4.30 -> 4.10 us, 70B k/v 6.96 -> 6.20)."""
+    if n and n <= 2048:
+        return dict(FW_CONFIG, BQ=128)
+    return dict(FW_CONFIG)
 
 
 def alternative_configs(m: int, int8: bool = False) -> dict[str, dict]:
@@ -958,6 +1102,24 @@ def _launch_iw(x2, values, meta, sw, out, cfg: dict) -> torch.Tensor:
     return out
 
 
+def _launch_fw(x2, values, meta, out, cfg: dict) -> torch.Tensor:
+    """`_sparse24_gemv_fw_kernel` (config kind "prmtw" on fp16/bf16 values): BN rows x BQ quads (4 groups, 16 columns)
+    a step, K split by `config_chunks`; "evict": the weight loads' L2 policy."""
+    m, k = x2.shape
+    n = values.shape[0]
+    bn, bq = cfg["BN"], cfg["BQ"]
+    kq = triton.cdiv(k, 16)
+    n_tiles = triton.cdiv(n, bn)
+    split, per = config_chunks(n_tiles * m, triton.cdiv(kq, bq), cfg, x2.device)
+    ws, locks = splitk_buffers(x2.device, n_tiles * m, split, bn)
+    x32 = x2.view(torch.int32)
+    _sparse24_gemv_fw_kernel[(n_tiles, split, m)](
+        x32, values.view(torch.int32), meta, out, ws, locks, m, n, k // 4, meta_words(k), per * bq, split, x32.stride(0),
+        n, 0, 1, IS_BF16=x2.dtype == torch.bfloat16, USE_ASM=not interpreting(), BN=bn, BQ=bq,
+        EVEN=k % 16 == 0 and kq % bq == 0, EVICT=cfg.get("evict", ""), num_warps=cfg["num_warps"])
+    return out
+
+
 def _launch(x, values, meta, w_scale, config: dict | None = None) -> torch.Tensor:
     int8 = values.dtype == torch.int8
     what = "sparse24_w8a8_linear" if int8 else "sparse24_linear"
@@ -981,6 +1143,8 @@ def _launch(x, values, meta, w_scale, config: dict | None = None) -> torch.Tenso
         cfg = _mma_config(m)
     if cfg["kind"] == "prmtw" and int8 and k % 8 == 0:
         return _launch_iw(x2, values, meta, sw, out, cfg).reshape(*lead, n)
+    if cfg["kind"] == "prmtw" and not int8:
+        return _launch_fw(x2, values, meta, out, cfg).reshape(*lead, n)
     if cfg["kind"] == "prmtw":  # a meta word per asm needs int8 values in 32-bit words; else the byte-wise GEMV
         cfg["kind"] = "prmt"
     if cfg["kind"] == "prmt" and (not int8 or k % 8 == 0):

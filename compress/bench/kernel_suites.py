@@ -216,7 +216,7 @@ def _path(cfg: dict) -> str:
     if kind == "gemv" and "BM" not in cfg:  # kernels/w8a8.py's few-token GEMV: rows per program chosen by N
         tiles = str(cfg.get("BN", "auto"))
     else:
-        tiles = "x".join(str(cfg[t]) for t in ("BM", "BN", "BK", "BW") if t in cfg)
+        tiles = "x".join(str(cfg[t]) for t in ("BM", "BN", "BK", "BW", "BQ") if t in cfg)
     extra = f" pdl{cfg['pdl']}" if cfg.get("pdl") else ""
     extra += "".join(f" {k}" if v is True else f" {k}{v}" for k, v in cfg.items()
                      if k in ("waves", "fused", "m_fast", "chain", "fit", "split", "deep", "xf", "qrecip") and v)
@@ -341,7 +341,7 @@ def run_sparse24(copy_gbs: float, quick: bool, method: str = DEFAULT_METHOD) -> 
         for m in ms:
             x = torch.randn(m, k, device="cuda").half()
             o = runtime_paths(_sparse24_layer(n, k), p, x, sparse24_linear_ref(x, p["values"], p["meta"]), method,
-                              _kernel_label(_config(m, False)))
+                              _kernel_label(_config(m, False, n, k)))
             ref = _fp16_ms(x, w, method)
             peer = None
             if semi is not None:

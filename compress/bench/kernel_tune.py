@@ -234,12 +234,14 @@ def tune_w8a8(log):
 
 # ----------------------------------------------------------------------------------------------- 2:4
 def _sp_configs(kind: str):
-    from kernels.sparse24 import IW_CONFIG
+    from kernels.sparse24 import FW_CONFIG, IW_CONFIG
 
     def configs(m: int) -> list[dict]:
         if FINAL:
             out = [{"kind": "prmt", "BN": bn, "BW": bw, "num_warps": nw, "waves": wv}
                    for bn, bw, nw, wv in [(16, 8, 4, 4), (32, 8, 4, 4), (16, 8, 4, 2), (64, 8, 8, 2), (16, 4, 4, 4)]]
+            if kind == "f":  # session 16's quad GEMV in the two tilings of kernels.sparse24._config_fw
+                out += [dict(FW_CONFIG), dict(FW_CONFIG, BQ=128)]
             if kind == "i":
                 out += [dict(out[0], pdl=1024), dict(out[1], pdl=2048)]
                 out += [dict(out[i], fused=True) for i in range(5)]  # x quantized in every program, no quantizer launch

@@ -9,7 +9,8 @@
 #          on the 8 Llama-3 shapes (W8_SHAPES)
 #   e2e    `compress bench e2e --synthetic llama-3-8b` at batch 1 (E2E_WORKLOADS, default interactive,decode_bound):
 #          W8A8 and 2:4 W8A8 on this tree, then 2:4 W8A8 with session 15's one-token GEMV put back through
-#          COMPRESS_KERNEL_CONFIGS (s15_int8_gemv.json), then this tree again
+#          COMPRESS_KERNEL_CONFIGS (s15_int8_gemv.json), then this tree again; E2E_ARMS / S15_CONFIGS choose
+#          other arms (name:formats, "s15" arms with the S15_CONFIGS file, e.g. s15_gemvs.json for fp16 and int8)
 #   tests  pytest argument sets in TEST_SETS (';' between them)
 #   table  `compress bench kernels $TABLE_ARGS` (default --suite sparse24) on the tree as it is
 set -o pipefail
@@ -36,10 +37,10 @@ for s in ${STAGES:-sp24}; do
         python3 bench/results/h100/kernels_s13/w8a8_sweep.py "$OUT/w8a8" 2>&1 | tee -a "$LOG" | cut -c1-600 ;;
     e2e)
       W=${E2E_WORKLOADS:-interactive,decode_bound}
-      for arm in new:w8a8,w8a8-sparse24 s15:w8a8-sparse24 new2:w8a8-sparse24; do
+      for arm in ${E2E_ARMS:-new:w8a8,w8a8-sparse24 s15:w8a8-sparse24 new2:w8a8-sparse24}; do
         name=${arm%%:*}; fmts=${arm#*:}
         echo "-- e2e $name ($fmts)" | tee -a "$LOG"
-        env $([ $name = s15 ] && echo COMPRESS_KERNEL_CONFIGS=$DIR/s15_int8_gemv.json) timeout $(left ${E2E_REST:-5}) \
+        env $([ $name = s15 ] && echo COMPRESS_KERNEL_CONFIGS=$DIR/${S15_CONFIGS:-s15_int8_gemv.json}) timeout $(left ${E2E_REST:-5}) \
           python3 -m compress.bench.e2e --synthetic llama-3-8b --formats $fmts --workloads $W --runs 3 \
           --output "$OUT/e2e_$name" 2>&1 | tee -a "$LOG" | grep --line-buffered -E "TPOT|Error|error" | cut -c1-200
       done ;;

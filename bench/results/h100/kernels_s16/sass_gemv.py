@@ -5,7 +5,9 @@ spans the dp4a (IDP) instructions, per value word of the tile (the loop covers B
 
 Usage (repository root, any machine with this project's Triton):
   python3 bench/results/h100/kernels_s16/sass_gemv.py KERNEL BN BW WARPS [fused] [odd (iw: K not a multiple of 32 or MW of BW)]
-KERNEL: i (`_sparse24_gemv_i_kernel`, one value word per asm) or iw (`_sparse24_gemv_iw_kernel`, one meta word).
+KERNEL: i (`_sparse24_gemv_i_kernel`, one value word per asm), iw (`_sparse24_gemv_iw_kernel`, one meta word), f
+(`_sparse24_gemv_f_kernel`, fp16 values: a value word is one group's 2 values) or fw
+(`_sparse24_gemv_fw_kernel`, a quad of 4 groups per asm; BW is then quads a step).
 """
 
 from __future__ import annotations
@@ -31,8 +33,13 @@ def main():
     kind, bn, bw, warps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     flags = sys.argv[5:]
     fused = "fused" in flags
-    fn = sp._sparse24_gemv_iw_kernel if kind == "iw" else sp._sparse24_gemv_i_kernel
-    if kind == "iw":
+    fn = {"iw": sp._sparse24_gemv_iw_kernel, "i": sp._sparse24_gemv_i_kernel, "f": sp._sparse24_gemv_f_kernel,
+          "fw": getattr(sp, "_sparse24_gemv_fw_kernel", None)}[kind]
+    if kind in ("f", "fw"):
+        consts = dict(USE_ASM=True, BN=bn, BW=bw, IS_BF16=False)
+        if kind == "fw":  # BW = quads (4 groups) a step
+            consts = dict(USE_ASM=True, BN=bn, BQ=bw, IS_BF16=False, EVEN="odd" not in flags, EVICT="evict_first")
+    elif kind == "iw":
         consts = dict(USE_ASM=True, BN=bn, BW=bw, PDL=True, EVEN="odd" not in flags, X_FLOAT=fused, K=4096 if fused else 0,
                       PRO_BK=4096)
         if not fused:
@@ -45,7 +52,7 @@ def main():
         if "constexpr" in str(q.annotation) and q.default is not inspect.Parameter.empty:
             consts.setdefault(q.name, q.default)
     sig = {a: "constexpr" if a in consts else ptrs.get(a, "i32") for a in fn.arg_names}
-    div = [i for i, a in enumerate(fn.arg_names) if a not in consts and a not in ("M", "S", "WORDS_PER_SPLIT", "ONE")]
+    div = [i for i, a in enumerate(fn.arg_names) if a not in consts and a not in ("M", "S", "WORDS_PER_SPLIT", "QUADS_PER_SPLIT", "ONE")]
     src = ASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(a),): v for a, v in consts.items()},
                     attrs={(i,): [["tt.divisibility", 16]] for i in div})
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
@@ -65,12 +72,12 @@ def main():
     for a, op, rest in ins:
         if op == "BRA":
             t = int(re.search(r"0x([0-9a-f]+)", rest).group(1), 16)
-            if t < a and any(o == "IDP" and t <= x <= a for x, o, _ in ins):
+            if t < a and any(o in ("IDP", "FFMA") and t <= x <= a for x, o, _ in ins):
                 loop = (t, a)
     body = [op for x, op, _ in ins if loop[0] <= x <= loop[1]]
     if os.environ.get("SASS_DUMP"):
         print("\n".join(f"{op}{rest.split(';')[0]}" for x, op, rest in ins if loop[0] <= x <= loop[1]))
-    words = bn * bw * (4 if kind == "iw" else 4) / (32 * warps)  # value words a thread per step
+    words = bn * bw * (8 if kind == "f" else 4) / (32 * warps)  # value words a thread per step
     regs = re.search(r"Used (\d+) registers", info).group(1)
     spill = re.search(r"(\d+) bytes spill stores", info)
     print(f"{kind} BN={bn} BW={bw} warps={warps}{' ' + ' '.join(flags) if flags else ''}: {regs} registers, "
