@@ -100,9 +100,22 @@ from triton.compiler import ASTSource
 
 import kernels.sparse24 as sp
 
-fn = sp._sparse24_gemv_iw_kernel
 ptrs = dict(x_ptr="*i32", sx_ptr="*fp32", v_ptr="*i32", meta_ptr="*i32", sw_ptr="*fp32", out_ptr="*fp16",
             ws_ptr="*fp32", lock_ptr="*i32", xf_ptr="*fp16")
+
+
+def build(fn, consts, num_warps):  # sm_90, the launcher's divisibility; constexprs left out take their defaults
+    for q in inspect.signature(fn.fn).parameters.values():
+        if "constexpr" in str(q.annotation) and q.default is not inspect.Parameter.empty:
+            consts.setdefault(q.name, q.default)
+    sig = {a: "constexpr" if a in consts else ptrs.get(a, "i32") for a in fn.arg_names}
+    div = [i for i, a in enumerate(fn.arg_names)
+           if a not in consts and a not in ("M", "S", "WORDS_PER_SPLIT", "QUADS_PER_SPLIT", "ONE")]
+    src = ASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(a),): v for a, v in consts.items()},
+                    attrs={(i,): [["tt.divisibility", 16]] for i in div})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
+
+
 n = 0
 for (rows, k), even, fused in [(s, e, f) for s in ((4096, 4096), (4096, 14336), (1024, 4096)) for e in (True, False)
                                for f in (False, True)]:
@@ -111,14 +124,7 @@ for (rows, k), even, fused in [(s, e, f) for s in ((4096, 4096), (4096, 14336), 
                   K=k if fused else 0, PRO_BK=4096)
     if not fused:
         consts["xf_ptr"] = None
-    for q in inspect.signature(fn.fn).parameters.values():  # constexprs left out take their defaults
-        if "constexpr" in str(q.annotation) and q.default is not inspect.Parameter.empty:
-            consts.setdefault(q.name, q.default)
-    sig = {a: "constexpr" if a in consts else ptrs.get(a, "i32") for a in fn.arg_names}
-    div = [i for i, a in enumerate(fn.arg_names) if a not in consts and a not in ("M", "S", "WORDS_PER_SPLIT", "ONE")]
-    src = ASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(a),): v for a, v in consts.items()},
-                    attrs={(i,): [["tt.divisibility", 16]] for i in div})
-    kern = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": cfg["num_warps"]})
+    kern = build(sp._sparse24_gemv_iw_kernel, consts, cfg["num_warps"])
     ptx = kern.asm["ptx"]
     assert "prmt.b32 lo, " in ptx and "dp4a.s32.s32" in ptx and "griddepcontrol.wait" in ptx, (rows, k)
     assert "evict_first" in ptx, (rows, k)  # the served weight loads' L2 policy
@@ -126,15 +132,10 @@ for (rows, k), even, fused in [(s, e, f) for s in ((4096, 4096), (4096, 14336), 
     # memory (a layout change of a tile would take BN x BW x 4 x 4 bytes or more)
     assert kern.metadata.shared <= 1024, (rows, k, even, fused, kern.metadata.shared)
     n += 1
-fn = sp._sparse24_gemv_fw_kernel  # fp16 / bf16 values
 for (rows, k), even, bf16 in [(s, e, b) for s in ((4096, 4096), (1024, 4096)) for e in (True, False) for b in (False, True)]:
-    cfg = sp._config(1, False, rows, k)
+    cfg = sp._config(1, False, rows, k)  # fp16 / bf16 values
     consts = dict(USE_ASM=True, BN=cfg["BN"], BQ=cfg["BQ"], EVEN=even, EVICT=cfg["evict"], IS_BF16=bf16)
-    sig = {a: "constexpr" if a in consts else ptrs.get(a, "i32") for a in fn.arg_names}
-    div = [i for i, a in enumerate(fn.arg_names) if a not in consts and a not in ("M", "S", "QUADS_PER_SPLIT", "ONE")]
-    src = ASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(a),): v for a, v in consts.items()},
-                    attrs={(i,): [["tt.divisibility", 16]] for i in div})
-    kern = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": cfg["num_warps"]})
+    kern = build(sp._sparse24_gemv_fw_kernel, consts, cfg["num_warps"])
     ptx = kern.asm["ptx"]
     assert "mad.lo.u32 s0, u, 0x22, 0x10101010;" in ptx and ("cvt.f32.bf16" in ptx) == bf16, (rows, k)
     assert "evict_first" in ptx and kern.metadata.shared <= 1024, (rows, k, even, bf16, kern.metadata.shared)
