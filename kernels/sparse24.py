@@ -398,19 +398,33 @@ def _iw_ref(meta, vc, xe, xo, c: tl.constexpr):
 
 
 @triton.jit
-def _iw_tile(m_rows, v_rows, mw, offs_c, ok, VW, EVEN: tl.constexpr, EVICT: tl.constexpr = ""):
-    """A tile's meta words (BW, BN) and value words (BW, BN, 4); mw (BW,) its meta word indices. EVEN: every tile is
-    whole, and mw beyond the split is clamped by the caller (a prefetch past the end reads words it will not use), so
-    no load is masked; else ok (BW, BN) masks the tile and the value words past the row."""
+def _gemv_tile(m_rows, v_rows, mi, vi, offs_c, ok, limit, EVEN: tl.constexpr, EVICT: tl.constexpr):
+    """One step's weights for the one-token GEMVs below: meta words (B, BN) at indices mi (B,) and 4 value words
+    (B, BN, 4) from vi (B,) on. EVEN: every tile is whole, and indices past the split are clamped by the caller (a
+    prefetch past the end reads words it will not use), so no load is masked; else ok (B, BN) masks the tile and the
+    value words from `limit` on (the row's end)."""
     if EVEN:
-        meta = tl.load(m_rows + mw[:, None], eviction_policy=EVICT)
-        v = tl.load(v_rows + (mw * 4)[:, None, None], eviction_policy=EVICT)
+        meta = tl.load(m_rows + mi[:, None], eviction_policy=EVICT)
+        v = tl.load(v_rows + vi[:, None, None], eviction_policy=EVICT)
     else:
-        meta = tl.load(m_rows + mw[:, None], mask=ok, other=0, eviction_policy=EVICT)
-        v = tl.load(v_rows + (mw * 4)[:, None, None],
-                    mask=ok[:, :, None] & ((mw * 4)[:, None, None] + offs_c[None, None, :] < VW), other=0,
+        meta = tl.load(m_rows + mi[:, None], mask=ok, other=0, eviction_policy=EVICT)
+        v = tl.load(v_rows + vi[:, None, None],
+                    mask=ok[:, :, None] & (vi[:, None, None] + offs_c[None, None, :] < limit), other=0,
                     eviction_policy=EVICT)
     return meta, v
+
+
+@triton.jit
+def _gemv_x8(x_rows, xw, ok, offs_c, limit, EVEN: tl.constexpr):
+    """A step's 8 activation words per meta word (int8) or quad (fp16/bf16) from word xw (B,) on, as two (B, BN, 4)
+    tiles; unless EVEN, masked by ok (B, 1, 1) and by `limit` (the row's words)."""
+    if EVEN:
+        xa = tl.load(x_rows + xw[:, None, None])
+        xb = tl.load(x_rows + (xw + 4)[:, None, None])
+    else:
+        xa = tl.load(x_rows + xw[:, None, None], mask=ok & ((xw[:, None, None] + offs_c) < limit), other=0)
+        xb = tl.load(x_rows + (xw + 4)[:, None, None], mask=ok & ((xw[:, None, None] + 4 + offs_c) < limit), other=0)
+    return xa, xb
 
 
 @triton.jit(do_not_specialize=["ONE"])
@@ -468,10 +482,11 @@ def _sparse24_gemv_iw_kernel(
     x_rows = x_ptr + m.to(tl.int64) * stride_xm + offs_n[None, :, None] * ZERO + offs_c[None, None, :]  # (1, BN, 4)
 
     mw = w_start + offs_w
-    meta, v = _iw_tile(m_rows, v_rows, mw * ONE, offs_c, (mw < w_end)[:, None], VW, EVEN, EVICT)
+    mi = mw * ONE
+    meta, v = _gemv_tile(m_rows, v_rows, mi, mi * 4, offs_c, (mw < w_end)[:, None], VW, EVEN, EVICT)
     mw += BW
-    meta_nx, v_nx = _iw_tile(m_rows, v_rows, tl.minimum(mw, w_end - 1) * ONE, offs_c, (mw < w_end)[:, None], VW, EVEN,
-                             EVICT)
+    mi = tl.minimum(mw, w_end - 1) * ONE
+    meta_nx, v_nx = _gemv_tile(m_rows, v_rows, mi, mi * 4, offs_c, (mw < w_end)[:, None], VW, EVEN, EVICT)
     if PDL:
         gdc_wait()
     if X_FLOAT:
@@ -496,15 +511,7 @@ def _sparse24_gemv_iw_kernel(
         sx = tl.load(sx_ptr + m)
     acc = tl.zeros([BW, BN], dtype=tl.int32)
     for w0 in range(w_start, w_end, BW):
-        xw = (w0 + offs_w) * 8  # the tile's activation words: 8 a meta word
-        if EVEN:
-            xa = tl.load(x_rows + xw[:, None, None])
-            xb = tl.load(x_rows + (xw + 4)[:, None, None])
-        else:
-            x_ok = ((w0 + offs_w) < w_end)[:, None, None]
-            xa = tl.load(x_rows + xw[:, None, None], mask=x_ok & ((xw[:, None, None] + offs_c) < 2 * VW), other=0)
-            xb = tl.load(x_rows + (xw + 4)[:, None, None], mask=x_ok & ((xw[:, None, None] + 4 + offs_c) < 2 * VW),
-                         other=0)
+        xa, xb = _gemv_x8(x_rows, (w0 + offs_w) * 8, ((w0 + offs_w) < w_end)[:, None, None], offs_c, 2 * VW, EVEN)
         v0, v1, v2, v3 = _split4(v, BW, BN)
         x0, x1, x2, x3 = _split4(xa, BW, BN)
         x4, x5, x6, x7 = _split4(xb, BW, BN)
@@ -517,8 +524,8 @@ def _sparse24_gemv_iw_kernel(
                     + _iw_ref(meta, v3, x6, x7, 3))
         meta, v = meta_nx, v_nx
         mw += BW
-        meta_nx, v_nx = _iw_tile(m_rows, v_rows, tl.minimum(mw, w_end - 1) * ONE, offs_c, (mw < w_end)[:, None], VW,
-                                 EVEN, EVICT)
+        mi = tl.minimum(mw, w_end - 1) * ONE
+        meta_nx, v_nx = _gemv_tile(m_rows, v_rows, mi, mi * 4, offs_c, (mw < w_end)[:, None], VW, EVEN, EVICT)
 
     dot = tl.sum(acc, axis=0)  # exact int32
     out = dot.to(tl.float32) * tl.load(sw_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32) * sx
@@ -556,21 +563,6 @@ def _fw_ref(mq, vc, x01, x23, c: tl.constexpr, IS_BF16: tl.constexpr):
     xs1 = tl.where(p1 < 2, x01 >> (16 * p1), x23 >> (16 * (p1 - 2))) & 0xFFFF
     return (_half_to_f32(vc & 0xFFFF, IS_BF16) * _half_to_f32(xs0, IS_BF16)
             + _half_to_f32((vc >> 16) & 0xFFFF, IS_BF16) * _half_to_f32(xs1, IS_BF16))
-
-
-@triton.jit
-def _fw_tile(m_rows, v_rows, q, offs_c, ok, G, ONE, EVEN: tl.constexpr, EVICT: tl.constexpr):
-    """A tile's meta words (BQ, BN) -- the word holding each quad's positions, loaded once per quad -- and value words
-    (BQ, BN, 4: one group of 4 columns each); q (BQ,) its quad indices (clamped past the split by the caller)."""
-    if EVEN:
-        meta = tl.load(m_rows + ((q >> 1) * ONE)[:, None], eviction_policy=EVICT)
-        v = tl.load(v_rows + (q * 4)[:, None, None], eviction_policy=EVICT)
-    else:
-        meta = tl.load(m_rows + ((q >> 1) * ONE)[:, None], mask=ok, other=0, eviction_policy=EVICT)
-        v = tl.load(v_rows + (q * 4)[:, None, None],
-                    mask=ok[:, :, None] & ((q * 4)[:, None, None] + offs_c[None, None, :] < G), other=0,
-                    eviction_policy=EVICT)
-    return meta, v
 
 
 @triton.jit(do_not_specialize=["ONE"])
@@ -616,23 +608,16 @@ def _sparse24_gemv_fw_kernel(
     m_rows = meta_ptr + rows[None, :] * MW  # (1, BN)
     x_rows = x_ptr + m.to(tl.int64) * stride_xm + offs_n[None, :, None] * ZERO + offs_c[None, None, :]  # (1, BN, 4)
 
+    # a quad's positions are half of meta word q // 2 (loaded once per quad); its value words 4 q .. 4 q + 3
     q = q_start + offs_q
-    meta, v = _fw_tile(m_rows, v_rows, q, offs_c, (q < q_end)[:, None], G, ONE, EVEN, EVICT)
+    meta, v = _gemv_tile(m_rows, v_rows, (q >> 1) * ONE, q * 4, offs_c, (q < q_end)[:, None], G, EVEN, EVICT)
     q += BQ
-    meta_nx, v_nx = _fw_tile(m_rows, v_rows, tl.minimum(q, q_end - 1), offs_c, (q < q_end)[:, None], G, ONE, EVEN,
-                             EVICT)
+    qc = tl.minimum(q, q_end - 1)
+    meta_nx, v_nx = _gemv_tile(m_rows, v_rows, (qc >> 1) * ONE, qc * 4, offs_c, (q < q_end)[:, None], G, EVEN, EVICT)
     acc = tl.zeros([BQ, BN], dtype=tl.float32)
     for q0 in range(q_start, q_end, BQ):
         qx = q0 + offs_q
-        xw = qx * 8  # the tile's activation words: 8 a quad (2 a group)
-        if EVEN:
-            xa = tl.load(x_rows + xw[:, None, None])
-            xb = tl.load(x_rows + (xw + 4)[:, None, None])
-        else:
-            x_ok = (qx < q_end)[:, None, None]
-            xa = tl.load(x_rows + xw[:, None, None], mask=x_ok & (xw[:, None, None] + offs_c < 2 * G), other=0)
-            xb = tl.load(x_rows + (xw + 4)[:, None, None], mask=x_ok & (xw[:, None, None] + 4 + offs_c < 2 * G),
-                         other=0)
+        xa, xb = _gemv_x8(x_rows, qx * 8, (qx < q_end)[:, None, None], offs_c, 2 * G, EVEN)  # 2 words a group
         v0, v1, v2, v3 = _split4(v, BQ, BN)
         x0, x1, x2, x3 = _split4(xa, BQ, BN)
         x4, x5, x6, x7 = _split4(xb, BQ, BN)
@@ -647,8 +632,9 @@ def _sparse24_gemv_fw_kernel(
                     + _fw_ref(mq, v2, x4, x5, 2, IS_BF16) + _fw_ref(mq, v3, x6, x7, 3, IS_BF16))
         meta, v = meta_nx, v_nx
         q += BQ
-        meta_nx, v_nx = _fw_tile(m_rows, v_rows, tl.minimum(q, q_end - 1), offs_c, (q < q_end)[:, None], G, ONE, EVEN,
-                                 EVICT)
+        qc = tl.minimum(q, q_end - 1)
+        meta_nx, v_nx = _gemv_tile(m_rows, v_rows, (qc >> 1) * ONE, qc * 4, offs_c, (q < q_end)[:, None], G, EVEN,
+                                   EVICT)
 
     out = tl.sum(acc, axis=0)
     splitk_epilogue(out, out_ptr + m * stride_om + offs_n, n_mask, ws_ptr, lock_ptr, tl.arange(0, BN),
