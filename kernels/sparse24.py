@@ -453,10 +453,6 @@ def _sparse24_gemv_iw_kernel(
     PDL: tl.constexpr = False,  # launched with programmatic dependent launch behind the quantizer
     EVEN: tl.constexpr = False,  # K a multiple of 32 and MW of BW: every tile whole, no masked load
     EVICT: tl.constexpr = "",  # the weight loads' L2 eviction policy (config "evict": "" or "evict_first")
-    X_FLOAT: tl.constexpr = False,  # xf_ptr holds the fp16/bf16 x: every program quantizes it (see below)
-    xf_ptr=None,  # (M, K) fp16/bf16 (X_FLOAT)
-    K: tl.constexpr = 0,  # in_features (X_FLOAT)
-    PRO_BK: tl.constexpr = 1024,  # columns a step of the X_FLOAT prologue
 ):
     """One-token 2:4 int8 GEMV, a meta word (4 value words, 32 columns) per asm: y = (sum q_x q_w) * s_w * s_x.
     Every tile is (BW meta words, BN rows, ...), meta words first: the loads' coalescing order then puts a warp's lanes
@@ -489,26 +485,7 @@ def _sparse24_gemv_iw_kernel(
     meta_nx, v_nx = _gemv_tile(m_rows, v_rows, mi, mi * 4, offs_c, (mw < w_end)[:, None], VW, EVEN, EVICT)
     if PDL:
         gdc_wait()
-    if X_FLOAT:
-        # No quantizer launch: the token's absmax over its whole row (read from L2 by every program), then this
-        # split's columns as int8 codes into x_ptr, a scratch row every program of the split writes with the same
-        # bytes; the barrier makes them visible to the program's own lanes, which read them back in the loop.
-        xf_row = xf_ptr + m.to(tl.int64) * K
-        offs_k = tl.arange(0, PRO_BK)
-        amax = tl.zeros([PRO_BK], tl.float32)
-        for k0 in range(0, K, PRO_BK):
-            amax = tl.maximum(amax, tl.abs(tl.load(xf_row + k0 + offs_k, mask=(k0 + offs_k) < K, other=0.0).to(tl.float32)))
-        sx = tl.math.div_rn(tl.maximum(tl.max(amax, axis=0), 1e-8), 127.0)
-        inv_sx = 1.0 / sx.to(tl.float64)
-        xq_row = (x_ptr + m.to(tl.int64) * stride_xm).to(tl.pointer_type(tl.int8), bitcast=True)
-        k_end = tl.minimum(w_end * 32, K)
-        for k0 in range(w_start * 32, k_end, PRO_BK):
-            kk = k0 + offs_k
-            xv = tl.load(xf_row + kk, mask=kk < k_end, other=0.0).to(tl.float32)
-            tl.store(xq_row + kk, _int8_codes(xv, inv_sx).to(tl.int8), mask=kk < k_end)
-        tl.debug_barrier()
-    else:
-        sx = tl.load(sx_ptr + m)
+    sx = tl.load(sx_ptr + m)
     acc = tl.zeros([BW, BN], dtype=tl.int32)
     for w0 in range(w_start, w_end, BW):
         xa, xb = _gemv_x8(x_rows, (w0 + offs_w) * 8, ((w0 + offs_w) < w_end)[:, None, None], offs_c, 2 * VW, EVEN)
@@ -1003,8 +980,9 @@ def _config_iw(n: int, k: int) -> dict:
     sweeps (bench/results/h100/kernels_s16/, calls 1-4: 48 tile / split / quantizer variants on the 8 Llama-3 shapes,
     each run against the dense W8A8 one-token paths in the same process):
     - x quantized by `quantize_per_token` under PDL, as the dense GEMV does ("pdl", "qwait", "qrecip"): every program
-      quantizing x itself (the old kernel's way, and this kernel's "fused") was slower on every large layer (8B down
-      21.7 against 17.6 us), as was an L2 prefetch of the next lines before the wait (8B gate/up 16.0 -> 18.8 us);
+      quantizing x itself (the old kernel's way, and a "fused" mode of this kernel, since removed) was slower on every
+      large layer (8B down 21.7 against 17.6 us), as was an L2 prefetch of the next lines before the wait (8B gate/up
+      16.0 -> 18.8 us);
     - 8 rows x 32 meta words a step on 4 warps, K unsplit where the tiles fill one wave: median 1.27-1.29x of dense
       W8A8 (16 x 32 two waves 1.24x; session 15's kernel 1.04-1.05x in the same calls);
     - K > 8192 (a long row, whose quantizer runs longer before the wait): 64 meta words a step, so the two tiles
@@ -1058,12 +1036,12 @@ def _mma_config(m: int) -> dict:
 
 
 def _launch_iw(x2, values, meta, sw, out, cfg: dict) -> torch.Tensor:
-    """`_sparse24_gemv_iw_kernel` (config kind "prmtw") on x quantized once by `quantize_per_token`, or with "fused" by
-    the kernel itself (no quantizer launch). "pdl": launched with PDL (behind the quantizer, or behind whatever runs
-    before it when fused), its first two weight tiles requested before the wait; "qwait": the quantizer waits for
-    the kernel before it, as kernels.w8a8's GEMV does; "qrecip", "qwarps", "qchunk": as there (`kernels.w8a8._quantize`).
-    Session 16 also timed an L2 prefetch of each row's next 1-4 KB before the wait: slower on every large layer
-    (bench/results/h100/kernels_s16/, call 2), not kept."""
+    """`_sparse24_gemv_iw_kernel` (config kind "prmtw") on x quantized once by `quantize_per_token`. "pdl": launched
+    with PDL behind the quantizer, its first two weight tiles requested before the wait; "qwait": the quantizer waits
+    for the kernel before it, as kernels.w8a8's GEMV does; "qrecip", "qwarps", "qchunk": as there
+    (`kernels.w8a8._quantize`). Session 16 also timed, and removed, every program quantizing x itself and an L2
+    prefetch of each row's next 1-4 KB before the wait: both slower on every large layer
+    (bench/results/h100/kernels_s16/, calls 1-2)."""
     m, k = x2.shape
     n = values.shape[0]
     mw = meta_words(k)
@@ -1072,19 +1050,12 @@ def _launch_iw(x2, values, meta, sw, out, cfg: dict) -> torch.Tensor:
     split, per = config_chunks(n_tiles * m, triton.cdiv(mw, bw), cfg, x2.device)
     ws, locks = splitk_buffers(x2.device, n_tiles * m, split, bn)
     pdl = bool(cfg.get("pdl")) and pdl_enabled(x2.device)
-    fused = bool(cfg.get("fused"))
-    if fused:  # int8 codes written by the kernel itself (K padded to whole words)
-        xq, sx = torch.empty(m, triton.cdiv(k, 16) * 16, device=x2.device, dtype=torch.int8), sw
-        x2 = x2.contiguous()
-    else:
-        xq, sx = _quantize(x2, cfg, pdl, 0)
+    xq, sx = _quantize(x2, cfg, pdl, 0)
     x32 = xq.view(torch.int32)
     _sparse24_gemv_iw_kernel[(n_tiles, split, m)](
         x32, sx, values.view(torch.int32), meta, sw, out, ws, locks, m, n, k // 8, mw, per * bw, split, x32.stride(0), n,
         0, 1, USE_ASM=not interpreting(), BN=bn, BW=bw, PDL=pdl, EVEN=k % 32 == 0 and mw % bw == 0,
-        EVICT=cfg.get("evict", ""), X_FLOAT=fused,
-        xf_ptr=x2 if fused else None, K=k if fused else 0, PRO_BK=min(4096, triton.next_power_of_2(k)) if fused else 1024,
-        num_warps=cfg["num_warps"], **({"launch_pdl": True} if pdl else {}))
+        EVICT=cfg.get("evict", ""), num_warps=cfg["num_warps"], **({"launch_pdl": True} if pdl else {}))
     return out
 
 

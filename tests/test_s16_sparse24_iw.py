@@ -13,9 +13,7 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 PRMT = {"kind": "prmt", "BN": 16, "BW": 1, "num_warps": 4, "split": 1}  # the value-word GEMV, x quantized once
 CONFIGS = {"split2": {"kind": "prmtw", "BN": 16, "BW": 2, "num_warps": 4, "split": 2},
            "even": {"kind": "prmtw", "BN": 8, "BW": 4, "num_warps": 4, "split": 1},
-           "pdl": dict(IW_CONFIG, BW=2, split=3),
-           "fused": {"kind": "prmtw", "BN": 16, "BW": 2, "num_warps": 4, "split": 2, "fused": True},
-           "fused1": {"kind": "prmtw", "BN": 8, "BW": 2, "num_warps": 4, "split": 1, "fused": True}}
+           "pdl": dict(IW_CONFIG, BW=2, split=3)}
 
 
 TOL = {torch.float16: 3e-3, torch.bfloat16: 1.2e-2}
@@ -74,7 +72,7 @@ def test_iw_config_rule():
     # session 16, calls 1-4 (bench/results/h100/kernels_s16/): x quantized once under PDL, 8 rows x 32 meta words,
     # 64 meta words where K > 8192, 4 rows x 128 where N <= 2048
     assert _config(1, True) == IW_CONFIG and IW_CONFIG["kind"] == "prmtw" and IW_CONFIG["pdl"] and IW_CONFIG["qwait"]
-    assert not IW_CONFIG.get("fused") and IW_CONFIG["evict"] == "evict_first"
+    assert IW_CONFIG["evict"] == "evict_first"
     for n, k, bn, bw in ((4096, 4096, 8, 32), (14336, 4096, 8, 32), (8192, 8192, 8, 32), (4096, 14336, 8, 64),
                          (8192, 28672, 8, 64), (1024, 4096, 4, 128), (1024, 8192, 4, 128)):
         cfg = _config(1, True, n, k)
@@ -101,7 +99,7 @@ from triton.compiler import ASTSource
 import kernels.sparse24 as sp
 
 ptrs = dict(x_ptr="*i32", sx_ptr="*fp32", v_ptr="*i32", meta_ptr="*i32", sw_ptr="*fp32", out_ptr="*fp16",
-            ws_ptr="*fp32", lock_ptr="*i32", xf_ptr="*fp16")
+            ws_ptr="*fp32", lock_ptr="*i32")
 
 
 def build(fn, consts, num_warps):  # sm_90, the launcher's divisibility; constexprs left out take their defaults
@@ -117,20 +115,16 @@ def build(fn, consts, num_warps):  # sm_90, the launcher's divisibility; constex
 
 
 n = 0
-for (rows, k), even, fused in [(s, e, f) for s in ((4096, 4096), (4096, 14336), (1024, 4096)) for e in (True, False)
-                               for f in (False, True)]:
+for (rows, k), even in [(s, e) for s in ((4096, 4096), (4096, 14336), (1024, 4096)) for e in (True, False)]:
     cfg = sp._config(1, True, rows, k)
-    consts = dict(USE_ASM=True, BN=cfg["BN"], BW=cfg["BW"], PDL=True, EVEN=even, EVICT=cfg["evict"], X_FLOAT=fused,
-                  K=k if fused else 0, PRO_BK=4096)
-    if not fused:
-        consts["xf_ptr"] = None
+    consts = dict(USE_ASM=True, BN=cfg["BN"], BW=cfg["BW"], PDL=True, EVEN=even, EVICT=cfg["evict"])
     kern = build(sp._sparse24_gemv_iw_kernel, consts, cfg["num_warps"])
     ptx = kern.asm["ptx"]
     assert "prmt.b32 lo, " in ptx and "dp4a.s32.s32" in ptx and "griddepcontrol.wait" in ptx, (rows, k)
     assert "evict_first" in ptx, (rows, k)  # the served weight loads' L2 policy
     # every operand of the asm is loaded in the tile's own layout: only the split-K epilogue's reductions use shared
     # memory (a layout change of a tile would take BN x BW x 4 x 4 bytes or more)
-    assert kern.metadata.shared <= 1024, (rows, k, even, fused, kern.metadata.shared)
+    assert kern.metadata.shared <= 1024, (rows, k, even, kern.metadata.shared)
     n += 1
 for (rows, k), even, bf16 in [(s, e, b) for s in ((4096, 4096), (1024, 4096)) for e in (True, False) for b in (False, True)]:
     cfg = sp._config(1, False, rows, k)  # fp16 / bf16 values
@@ -147,7 +141,7 @@ print("compiled", n)
 def test_iw_and_fw_compile_for_the_h100():
     from tests.test_kernels_w8a8 import compile_for_the_h100
 
-    compile_for_the_h100(_AOT, "compiled 20")
+    compile_for_the_h100(_AOT, "compiled 14")
 
 
 @pytest.mark.gpu
@@ -159,7 +153,6 @@ def test_iw_llama_shapes_gpu(shape):
     x = torch.randn(1, k, device="cuda").half()
     got = _launch(x, p["values"], p["meta"], p["w_scale"])  # the served config (PDL, the shape rule)
     assert torch.equal(got, _launch(x, p["values"], p["meta"], p["w_scale"], dict(PRMT, BW=8)))  # both unsplit here
-    assert torch.equal(got, _launch(x, p["values"], p["meta"], p["w_scale"], dict(_config(1, True, n, k), fused=True)))
     assert rel_err(got, sparse24_w8a8_linear_ref(x, p["values"], p["meta"], p["w_scale"])) < 3e-3
 
 

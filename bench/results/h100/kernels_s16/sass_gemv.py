@@ -4,7 +4,7 @@ Triton's bundled ptxas, disassembles it with its cuobjdump, and counts the instr
 spans the dp4a (IDP) instructions, per value word of the tile (the loop covers BN x BW x 4 value words a program).
 
 Usage (repository root, any machine with this project's Triton):
-  python3 bench/results/h100/kernels_s16/sass_gemv.py KERNEL BN BW WARPS [fused] [odd (iw: K not a multiple of 32 or MW of BW)]
+  python3 bench/results/h100/kernels_s16/sass_gemv.py KERNEL BN BW WARPS [fused (i)] [odd (iw: K not a multiple of 32 or MW of BW)]
 KERNEL: i (`_sparse24_gemv_i_kernel`, one value word per asm), iw (`_sparse24_gemv_iw_kernel`, one meta word), f
 (`_sparse24_gemv_f_kernel`, fp16 values: a value word is one group's 2 values) or fw
 (`_sparse24_gemv_fw_kernel`, a quad of 4 groups per asm; BW is then quads a step).
@@ -40,10 +40,7 @@ def main():
         if kind == "fw":  # BW = quads (4 groups) a step
             consts = dict(USE_ASM=True, BN=bn, BQ=bw, IS_BF16=False, EVEN="odd" not in flags, EVICT="evict_first")
     elif kind == "iw":
-        consts = dict(USE_ASM=True, BN=bn, BW=bw, PDL=True, EVEN="odd" not in flags, X_FLOAT=fused, K=4096 if fused else 0,
-                      PRO_BK=4096)
-        if not fused:
-            consts["xf_ptr"] = None
+        consts = dict(USE_ASM=True, BN=bn, BW=bw, PDL=True, EVEN="odd" not in flags)
     else:
         consts = dict(USE_ASM=True, BN=bn, BW=bw, X_FLOAT=fused, K=4096 if fused else 0, PRO_BK=4096, PDL_PREFETCH=0)
     ptrs = dict(x_ptr="*fp16" if fused and kind == "i" else "*i32", xf_ptr="*fp16", sx_ptr="*fp32", v_ptr="*i32", meta_ptr="*i32", sw_ptr="*fp32",
