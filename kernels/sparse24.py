@@ -3,7 +3,9 @@
 Variants:
 - fp16/bf16 values, activations in the same dtype (`sparse24_linear`);
 - int8 values with per-channel scales and dynamic per-token int8 activations, the W8A8 math of
-  kernels/w8a8.py (`sparse24_w8a8_linear`).
+  kernels/w8a8.py (`sparse24_w8a8_linear`);
+- int8 values with per-channel scales on activations as they are: weight-only int8 (W8A16) on 2:4
+  (`sparse24_w8a16_linear`; session 17), y = (x @ W_int^T) * s_w with the products summed in fp32.
 Kernels:
 - `_sparse24_gemv_iw_kernel` / `_sparse24_gemv_fw_kernel` ("prmtw", decode, M <= GEMV_MAX_M; session 16): read only
   the kept values and the 2-bit positions and gather the matching activations with PRMT, a meta word (int8: 4 value
@@ -11,25 +13,28 @@ Kernels:
   int8 runs on activations quantized once by kernels.w8a8.quantize_per_token and multiplies with dp4a, fp16/bf16 in
   fp32. Session 15's value-word GEMVs `_sparse24_gemv_f_kernel` / `_sparse24_gemv_i_kernel` ("prmt") stay for the
   sweeps and as the new kernels' twins in the tests.
+- `_sparse24_gemv_w16_kernel` ("prmtw" for W8A16, M = 1; session 17): the same layout on int8 values and fp16/bf16 x,
+  a value word (two groups) per asm, each value to fp32 in one instruction, fp32 FMAs.
 - `_sparse24_gemv_kernel` ("gemv"): session 2's select-based GEMV, kept for the sweeps and for int8 layers
   whose in_features is not a multiple of 8.
 - `_sparse24_tc_kernel` ("tc", from 2 tokens; session 14): widens whole meta / value words to the dense tile in
   registers (`_expand_words`: two PRMTs a group on the GPU since session 15) and feeds the tensor cores (weights on
-  the left).
+  the left); W8A16 converts the widened int8 tile to x's dtype first.
 - `_sparse24_mma_kernel` ("mma", int8 layers whose in_features is not a multiple of 8): expands each (BN, BK/2) tile
   lane by lane through a (BN, BK/4, 4) select and reshape; 5-10x slower than "tc" where both were timed (session 14,
   call 9).
 
 - `_densify_kernel`: the dense weight in one launch, for the runtime's "dequantize, then the dense GEMM" paths.
 
-Public: `sparse24_linear`, `sparse24_w8a8_linear` (custom ops compress::sparse24_linear and
-compress::sparse24_w8a8_linear) and their `*_ref` twins; `densify_sparse24` (reference: unpack_sparse24);
+Public: `sparse24_linear`, `sparse24_w8a8_linear`, `sparse24_w8a16_linear` (custom ops compress::sparse24_linear,
+compress::sparse24_w8a8_linear, compress::sparse24_w8a16_linear) and their `*_ref` twins; `densify_sparse24` (reference: unpack_sparse24);
 `alternative_configs` / `sparse24_linear_tiled` (other tilings for the runtime's path table).
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 import triton
 import triton.language as tl
 
@@ -618,6 +623,126 @@ def _sparse24_gemv_fw_kernel(
                     m * tl.num_programs(0) + pid_n, pid_s, S, BN)
 
 
+# Weight-only int8 values on fp16/bf16 activations (session 17), a value word (two groups, 4 int8 values) per asm, in
+# `_sparse24_gemv_iw_kernel`'s layout: the value word's meta byte is spread to the two groups' PRMT selectors as in
+# `_FW_ASM` (0x22 per position, 0x10101010); each group's PRMT gathers its two activations (16-bit halves); each int8
+# value becomes an fp32 in one instruction (a sign-extended byte field to float: I2F.S8 with a byte select in the
+# sm_90 SASS), and two fp32 FMAs per group add the products to the accumulator. The row scale is applied once, after
+# the sum. (A first form made each value's fp32 through its byte biased under 2^23, PRMT then a subtraction: 33.5 SASS
+# instructions a value word against 28.5 for this one.)
+_W16_SPREAD = ("bfe.u32 u, $1, {b}, 8; shl.b32 w, u, 12; or.b32 u, u, w; and.b32 u, u, 0x000F000F; shl.b32 w, u, 6; "
+               "or.b32 u, u, w; and.b32 u, u, 0x03030303; mad.lo.u32 s, u, 0x22, 0x10101010; ")
+_W16_VALUES = "".join(f"bfe.s32 t, $2, {8 * i}, 8; cvt.rn.f32.s32 e{i}, t; " for i in range(4))
+_W16_GROUP = ("prmt.b32 xs, {xa}, {xb}, s; mov.b32 {{h0, h1}}, xs; cvt.f32.{t} g0, h0; cvt.f32.{t} g1, h1; "
+              "fma.rn.f32 a, {e0}, g0, {acc}; fma.rn.f32 {out}, {e1}, g1, a; ")
+_W16_ASM = tl.constexpr(tuple(  # [4 * IS_BF16 + j]: value word j of the meta word
+    "{ .reg .b32 t, u, w, s, xs; .reg .b16 h0, h1; .reg .f32 g0, g1, a, e0, e1, e2, e3; "
+    + _W16_SPREAD.format(b=8 * j) + _W16_VALUES
+    + _W16_GROUP.format(xa="$3", xb="$4", t=t, e0="e0", e1="e1", acc="$7", out="a")
+    + "shr.u32 s, s, 16; " + _W16_GROUP.format(xa="$5", xb="$6", t=t, e0="e2", e1="e3", acc="a", out="$0") + "}"
+    for t in ("f16", "bf16") for j in range(4)))
+
+
+@triton.jit
+def _w16_ref(meta, vc, x0, x1, x2, x3, j: tl.constexpr, IS_BF16: tl.constexpr):
+    """Value word j (0..3) of each meta word: `_W16_ASM`'s four products with plain integer ops (the CPU interpreter);
+    x0, x1 hold group 2j's four activations, x2, x3 group 2j + 1's."""
+    b = meta >> (8 * j)
+    out = tl.zeros(meta.shape, tl.float32)
+    for g in tl.static_range(2):
+        for h in tl.static_range(2):
+            p = (b >> (4 * g + 2 * h)) & 3
+            lo = x0 if g == 0 else x2
+            hi = x1 if g == 0 else x3
+            xh = tl.where(p < 2, lo >> (16 * p), hi >> (16 * (p - 2))) & 0xFFFF
+            out += _sbyte(vc, 2 * g + h).to(tl.float32) * _half_to_f32(xh, IS_BF16)
+    return out
+
+
+@triton.jit(do_not_specialize=["ONE"])
+def _sparse24_gemv_w16_kernel(
+    x_ptr,  # (M, K/2) int32 view of fp16/bf16 x
+    v_ptr,  # (N, K/8) int32 view of the int8 kept values (two groups per word)
+    meta_ptr,  # (N, MW) int32
+    sw_ptr,  # (N,) channel scales
+    out_ptr,  # (M, N)
+    ws_ptr,
+    lock_ptr,
+    M,
+    N,
+    VW,  # value words per row = K / 8
+    MW,
+    WORDS_PER_SPLIT,  # meta words per split, a multiple of BW
+    S,
+    stride_xm,  # in int32 words
+    stride_om,
+    ZERO,  # 0, at run time (see `_sparse24_gemv_iw_kernel`)
+    ONE,  # 1, at run time and not specialized (see `_sparse24_gemv_iw_kernel`)
+    IS_BF16: tl.constexpr,
+    USE_ASM: tl.constexpr,
+    BN: tl.constexpr,
+    BW: tl.constexpr,  # meta words per step
+    EVEN: tl.constexpr = False,  # K a multiple of 32 and MW of BW: every tile whole, no masked load
+    EVICT: tl.constexpr = "",  # the weight loads' L2 eviction policy
+):
+    """One-token 2:4 GEMV on int8 values and fp16/bf16 x (weight-only int8): y = (sum x w_int) * s_w, fp32 products
+    and sums. `_sparse24_gemv_iw_kernel`'s tiles (BW meta words, BN rows, 4 value words) and loads; a meta word's 16
+    activation words come as four (BW, BN, 4) tiles."""
+    pid_n = tl.program_id(0)
+    pid_s = tl.program_id(1)
+    m = tl.program_id(2)
+    offs_n = pid_n * BN + tl.arange(0, BN)
+    n_mask = offs_n < N
+    rows = tl.minimum(offs_n, N - 1).to(tl.int64)
+    offs_w = tl.arange(0, BW)
+    offs_c = tl.arange(0, 4)
+    w_start = pid_s * WORDS_PER_SPLIT
+    w_end = tl.minimum(w_start + WORDS_PER_SPLIT, MW)
+    v_rows = v_ptr + rows[None, :, None] * VW + offs_c[None, None, :]  # (1, BN, 4)
+    m_rows = meta_ptr + rows[None, :] * MW  # (1, BN)
+    x_rows = x_ptr + m.to(tl.int64) * stride_xm + offs_n[None, :, None] * ZERO + offs_c[None, None, :]  # (1, BN, 4)
+
+    mw = w_start + offs_w
+    mi = mw * ONE
+    meta, v = _gemv_tile(m_rows, v_rows, mi, mi * 4, offs_c, (mw < w_end)[:, None], VW, EVEN, EVICT)
+    mw += BW
+    mi = tl.minimum(mw, w_end - 1) * ONE
+    meta_nx, v_nx = _gemv_tile(m_rows, v_rows, mi, mi * 4, offs_c, (mw < w_end)[:, None], VW, EVEN, EVICT)
+    # two accumulators (value words 0, 2 and 1, 3): each meta word's FMAs form two dependent chains of 8, not one of 16
+    acc = tl.zeros([BW, BN], dtype=tl.float32)
+    acc2 = tl.zeros([BW, BN], dtype=tl.float32)
+    for w0 in range(w_start, w_end, BW):
+        xw = (w0 + offs_w) * 16
+        ok = ((w0 + offs_w) < w_end)[:, None, None]
+        xa, xb = _gemv_x8(x_rows, xw, ok, offs_c, 4 * VW, EVEN)
+        xc, xd = _gemv_x8(x_rows, xw + 8, ok, offs_c, 4 * VW, EVEN)
+        v0, v1, v2, v3 = _split4(v, BW, BN)
+        x0, x1, x2, x3 = _split4(xa, BW, BN)
+        x4, x5, x6, x7 = _split4(xb, BW, BN)
+        x8, x9, x10, x11 = _split4(xc, BW, BN)
+        x12, x13, x14, x15 = _split4(xd, BW, BN)
+        if USE_ASM:
+            acc = tl.inline_asm_elementwise(_W16_ASM[4 * IS_BF16], "=f,r,r,r,r,r,r,f", [meta, v0, x0, x1, x2, x3, acc],
+                                            dtype=tl.float32, is_pure=True, pack=1)
+            acc2 = tl.inline_asm_elementwise(_W16_ASM[4 * IS_BF16 + 1], "=f,r,r,r,r,r,r,f",
+                                             [meta, v1, x4, x5, x6, x7, acc2], dtype=tl.float32, is_pure=True, pack=1)
+            acc = tl.inline_asm_elementwise(_W16_ASM[4 * IS_BF16 + 2], "=f,r,r,r,r,r,r,f",
+                                            [meta, v2, x8, x9, x10, x11, acc], dtype=tl.float32, is_pure=True, pack=1)
+            acc2 = tl.inline_asm_elementwise(_W16_ASM[4 * IS_BF16 + 3], "=f,r,r,r,r,r,r,f",
+                                             [meta, v3, x12, x13, x14, x15, acc2], dtype=tl.float32, is_pure=True, pack=1)
+        else:
+            acc += _w16_ref(meta, v0, x0, x1, x2, x3, 0, IS_BF16) + _w16_ref(meta, v2, x8, x9, x10, x11, 2, IS_BF16)
+            acc2 += _w16_ref(meta, v1, x4, x5, x6, x7, 1, IS_BF16) + _w16_ref(meta, v3, x12, x13, x14, x15, 3, IS_BF16)
+        meta, v = meta_nx, v_nx
+        mw += BW
+        mi = tl.minimum(mw, w_end - 1) * ONE
+        meta_nx, v_nx = _gemv_tile(m_rows, v_rows, mi, mi * 4, offs_c, (mw < w_end)[:, None], VW, EVEN, EVICT)
+
+    out = tl.sum(acc + acc2, axis=0) * tl.load(sw_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)
+    splitk_epilogue(out, out_ptr + m * stride_om + offs_n, n_mask, ws_ptr, lock_ptr, tl.arange(0, BN),
+                    m * tl.num_programs(0) + pid_n, pid_s, S, BN)
+
+
 @triton.jit
 def _sparse24_mma_kernel(
     # tensors
@@ -874,10 +999,13 @@ def _sparse24_tc_kernel(
     BW: tl.constexpr,  # meta words per K step: 32 * BW columns
     M_FAST: tl.constexpr,
     USE_ASM: tl.constexpr = False,  # `_expand_words`' PRMT widening (the GPU; config "expand": "select" turns it off)
+    W8A16: tl.constexpr = False,  # int8 values on x as it is (weight-only int8 on 2:4), per-channel sw
 ):
     """2:4 tensor-core GEMM (weights on the left, "swap AB"): each K step loads BW meta words of BN rows and the value
     words they cover (16-byte loads), widens them to the dense tile in registers (`_expand_words`) and feeds tl.dot.
-    The weights are read once at 0.53 (fp16) / 0.56 (int8) of their dense bytes."""
+    The weights are read once at 0.53 (fp16) / 0.56 (int8) of their dense bytes. W8A16: the widened int8 tile is
+    converted to x's dtype (exact: |v| <= 128 fits fp16 and bf16), the products sum in fp32 and each row is scaled
+    once at the end, so the sums never hold rounded weights."""
     pid_m, pid_n = swap_ab_pids(M_FAST)
     pid_s = tl.program_id(2)
     offs_n = (pid_n * BN + tl.arange(0, BN)).to(tl.int64)
@@ -890,7 +1018,7 @@ def _sparse24_tc_kernel(
         offs_w = w_start + ww + tl.arange(0, BW)
         words = tl.load(meta_ptr + offs_n[:, None] * MW + offs_w[None, :], mask=n_mask[:, None] & (offs_w < MW)[None, :],
                         other=0)
-        dense = _expand_words(v_ptr, offs_n, n_mask, words, w_start + ww, VW, not INT8, BN, BW, VDT, USE_ASM)
+        dense = _expand_words(v_ptr, offs_n, n_mask, words, w_start + ww, VW, not (INT8 or W8A16), BN, BW, VDT, USE_ASM)
         offs_k = (w_start + ww) * 32 + tl.arange(0, BW * 32)
         xt = tl.load(x_ptr + offs_m[None, :] * stride_xm + offs_k[:, None], mask=(offs_k < K)[:, None] & m_mask[None, :],
                      other=0)
@@ -898,24 +1026,29 @@ def _sparse24_tc_kernel(
             acc = tl.dot(dense, xt, acc, out_dtype=tl.int32)
         elif DOT_F32:  # Triton's CPU interpreter multiplies bf16 bit patterns as integers
             acc = tl.dot(dense.to(tl.float32), xt.to(tl.float32), acc)
+        elif W8A16:
+            acc = tl.dot(dense.to(xt.dtype), xt, acc)
         else:
             acc = tl.dot(dense, xt, acc)
     if INT8:
         sw = tl.load(sw_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)
         sx = tl.load(sx_ptr + offs_m, mask=m_mask, other=0.0)
         out = acc.to(tl.float32) * sw[:, None] * sx[None, :]
+    elif W8A16:
+        out = acc * tl.load(sw_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[:, None]
     else:
         out = acc
     swap_ab_store(out, out_ptr, stride_om, offs_n, n_mask, offs_m, m_mask, ws_ptr, lock_ptr, pid_n, pid_m, pid_s, S, N,
                   BN, BM)
 
 
-def _launch_tc(x2, values, meta, sw, out, cfg: dict) -> torch.Tensor:
+def _launch_tc(x2, values, meta, sw, out, cfg: dict, w8a16: bool = False) -> torch.Tensor:
     """`_sparse24_tc_kernel` (config kind "tc"): int8 values on x quantized once (quantize_per_token), 16-bit values
-    on x as it is. K split by the config's "split" / "fit" / "waves" (kernels._common.config_chunks)."""
+    -- or int8 values with `w8a16` -- on x as it is. K split by the config's "split" / "fit" / "waves"
+    (kernels._common.config_chunks)."""
     m, k = x2.shape
     n = values.shape[0]
-    int8 = values.dtype == torch.int8
+    int8 = values.dtype == torch.int8 and not w8a16
     v32 = values.contiguous().view(torch.int32)
     mw = meta.shape[1]
     bw = cfg["BW"]
@@ -929,8 +1062,8 @@ def _launch_tc(x2, values, meta, sw, out, cfg: dict) -> torch.Tensor:
     _sparse24_tc_kernel[(m_tiles, n_tiles, split) if m_fast else (n_tiles, m_tiles, split)](
         xin, sx, v32, meta.contiguous(), sw, out, ws, locks, m, n, k, v32.shape[1], mw, per * bw, split, xin.stride(0),
         out.stride(0), INT8=int8, VDT=vdt, DOT_F32=interpreter_dot_f32(x2.dtype) and not int8, BN=cfg["BN"], BM=cfg["BM"],
-        BW=bw, M_FAST=m_fast, USE_ASM=not interpreting() and cfg.get("expand") != "select", num_warps=cfg["num_warps"],
-        num_stages=cfg.get("num_stages", 3))
+        BW=bw, M_FAST=m_fast, USE_ASM=not interpreting() and cfg.get("expand") != "select", W8A16=w8a16,
+        num_warps=cfg["num_warps"], num_stages=cfg.get("num_stages", 3))
     return out
 
 
@@ -1158,6 +1291,73 @@ def _launch(x, values, meta, w_scale, config: dict | None = None) -> torch.Tenso
     return out.reshape(*lead, n)
 
 
+W16_CONFIG = {"kind": "prmtw", "BN": 8, "BW": 32, "num_warps": 4, "waves": 1, "evict": "evict_first"}
+
+
+def _config_w8a16(m: int, n: int = 0, k: int = 0) -> dict:
+    """Weight-only int8 on 2:4 (int8 values, x as it is). One token: the PRMT GEMV `_sparse24_gemv_w16_kernel`, tiles by
+    the layer's shape from session 17's H100 sweep (bench/results/h100/kernels_s17/, call 2: 8 tilings on the 8 Llama-3
+    shapes, against the runtime's dense W8A16 layer in the same process): 8 rows x 32 meta words on 4 warps, K unsplit
+    where the tiles fill one wave, weights evict_first; N <= 2048 (k/v) 4 x 64 (8B k/v 5.45 -> 3.88 us); K <= 8192 with
+    N >= 8192 (70B q/o, the gate/up layers) 16 x 16 (8B gate/up 23.2 -> 20.0 us). From 2 tokens the fp16 values'
+    tensor-core tiles (`_config`), on int8 value words. COMPRESS_KERNEL_CONFIGS overrides it under "sparse24-w8a16"."""
+    tuned = tuned_config("sparse24-w8a16", m)
+    if tuned:
+        return tuned
+    if m > GEMV_MAX_M:
+        return _config(m, int8=False)
+    if n and n <= 2048:
+        return dict(W16_CONFIG, BN=4, BW=64)
+    if n >= 8192 and k and k <= 8192:
+        return dict(W16_CONFIG, BN=16, BW=16)
+    return dict(W16_CONFIG)
+
+
+def _launch_w16(x2, values, meta, sw, out, cfg: dict) -> torch.Tensor:
+    """`_sparse24_gemv_w16_kernel` (config kind "prmtw" for W8A16): BN rows x BW meta words a step, K split by
+    `config_chunks`; "evict": the weight loads' L2 policy."""
+    m, k = x2.shape
+    n = values.shape[0]
+    mw = meta_words(k)
+    bn, bw = cfg["BN"], cfg["BW"]
+    n_tiles = triton.cdiv(n, bn)
+    split, per = config_chunks(n_tiles * m, triton.cdiv(mw, bw), cfg, x2.device)
+    ws, locks = splitk_buffers(x2.device, n_tiles * m, split, bn)
+    x32 = x2.view(torch.int32)
+    _sparse24_gemv_w16_kernel[(n_tiles, split, m)](
+        x32, values.view(torch.int32), meta, sw, out, ws, locks, m, n, k // 8, mw, per * bw, split, x32.stride(0), n,
+        0, 1, IS_BF16=x2.dtype == torch.bfloat16, USE_ASM=not interpreting(), BN=bn, BW=bw,
+        EVEN=k % 32 == 0 and mw % bw == 0, EVICT=cfg.get("evict", ""), num_warps=cfg["num_warps"])
+    return out
+
+
+def _launch_w8a16(x, values, meta, w_scale, config: dict | None = None) -> torch.Tensor:
+    """W8A16 on 2:4 weights, x as it is: the one-token PRMT GEMV (kind "prmtw") or the tensor-core kernel (kind
+    "tc"); kind "dense", and layers whose in_features is not a multiple of 8 (no 32-bit value words), run densify +
+    F.linear on the weight dequantized in x's dtype."""
+    what = "sparse24_w8a16_linear"
+    n, k = _check(what, x, values, meta, w_scale)
+    if values.dtype != torch.int8:
+        raise CompressError(f"{what}: values must be int8 (weight-only int8 on 2:4), got {values.dtype}; "
+                            "fp16/bf16 values go to sparse24_linear")
+    if w_scale is None or w_scale.numel() != n:
+        raise CompressError(f"{what}: int8 values need w_scale with one scale per output channel (N={n})")
+    lead = x.shape[:-1]
+    x2 = check_activation(what, x, k)
+    m = x2.shape[0]
+    out = torch.empty(m, n, device=x.device, dtype=x.dtype)
+    if m == 0:
+        return out.reshape(*lead, n)
+    cfg = dict(config or _config_w8a16(m, n, k))
+    sw = w_scale.reshape(n)
+    if cfg["kind"] == "prmtw" and k % 8 == 0:
+        return _launch_w16(x2, values, meta, sw, out, cfg).reshape(*lead, n)
+    if cfg["kind"] == "tc" and k % 8 == 0:
+        return _launch_tc(x2, values, meta, sw, out, cfg, w8a16=True).reshape(*lead, n)
+    w = densify_sparse24(values, meta, k).to(x.dtype) * sw.to(x.dtype)[:, None]
+    return F.linear(x2, w).reshape(*lead, n)
+
+
 @torch.library.custom_op("compress::sparse24_linear", mutates_args=())
 def _sparse24_op(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor) -> torch.Tensor:
     return _launch(x, values, meta, None)
@@ -1174,6 +1374,16 @@ def _sparse24_w8a8_op(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor,
 
 
 @_sparse24_w8a8_op.register_fake
+def _(x, values, meta, w_scale):
+    return x.new_empty(*x.shape[:-1], values.shape[0])
+
+
+@torch.library.custom_op("compress::sparse24_w8a16_linear", mutates_args=())
+def _sparse24_w8a16_op(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, w_scale: torch.Tensor) -> torch.Tensor:
+    return _launch_w8a16(x, values, meta, w_scale)
+
+
+@_sparse24_w8a16_op.register_fake
 def _(x, values, meta, w_scale):
     return x.new_empty(*x.shape[:-1], values.shape[0])
 
@@ -1197,6 +1407,19 @@ def sparse24_w8a8_linear(x: torch.Tensor, values: torch.Tensor, meta: torch.Tens
     return y + bias if bias is not None else y
 
 
+def sparse24_w8a16_linear(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, w_scale: torch.Tensor,
+                          bias: torch.Tensor | None = None) -> torch.Tensor:
+    """Weight-only int8 on 2:4 weights: int8 values (N, K/2) + meta, per-channel w_scale (N,), fp16/bf16 x as it is."""
+    y = torch.ops.compress.sparse24_w8a16_linear(x, values, meta, w_scale)
+    return y + bias if bias is not None else y
+
+
+def sparse24_w8a16_linear_tiled(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, w_scale: torch.Tensor,
+                                config: dict) -> torch.Tensor:
+    """`sparse24_w8a16_linear`'s math on the given tiles: a plain launch, for the kernel sweeps."""
+    return _launch_w8a16(x, values, meta, w_scale, config)
+
+
 def sparse24_linear_ref(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """Plain torch: unpack to dense, matmul in fp32."""
     w = unpack_sparse24(values, meta, (values.shape[0], x.shape[-1])).float()
@@ -1216,3 +1439,13 @@ def sparse24_w8a8_linear_ref(x: torch.Tensor, values: torch.Tensor, meta: torch.
     if bias is not None:
         y = y + bias.float()
     return y.to(x.dtype).reshape(*x.shape[:-1], values.shape[0])
+
+
+def sparse24_w8a16_linear_ref(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, w_scale: torch.Tensor,
+                              bias: torch.Tensor | None = None) -> torch.Tensor:
+    """Plain torch: unpack to dense int8, dequantize (times the channel scale) in fp32, matmul in fp32."""
+    w = unpack_sparse24(values, meta, (values.shape[0], x.shape[-1])).float() * w_scale.reshape(-1).float()[:, None]
+    y = x.float() @ w.t()
+    if bias is not None:
+        y = y + bias.float()
+    return y.to(x.dtype)

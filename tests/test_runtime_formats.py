@@ -30,6 +30,8 @@ SCHEMES = {
     "w8a16_channel": {"weights": {"num_bits": 8, "type": "int", "symmetric": True, "strategy": "channel"}},
     "fp8_dynamic": "FP8_DYNAMIC",
     "w8a8_sparse24": "W8A8",  # on 2:4-pruned weights, with the compress.sparse24 pack beside it
+    # weight-only int8 per channel on 2:4 weights (the w8a16_sparse_awq recipe's scheme), pack beside it
+    "w8a16_channel_sparse24": {"weights": {"num_bits": 8, "type": "int", "symmetric": True, "strategy": "channel"}},
 }
 EXPECTED_FORMAT = {
     "w4a16_g128": "compress.int4",
@@ -39,6 +41,7 @@ EXPECTED_FORMAT = {
     "w8a16_channel": "compressed-tensors.w8a16",
     "fp8_dynamic": "compressed-tensors.fp8-dynamic",
     "w8a8_sparse24": "compress.sparse24",
+    "w8a16_channel_sparse24": "compress.sparse24",
 }
 
 
@@ -99,6 +102,7 @@ def checkpoints(tmp_path_factory):
         model.save_pretrained(root / name, save_compressed=True)
         out[name] = root / name
     add_sparse24_pack(root / "w8a8_sparse24", sparse_layers)
+    add_sparse24_pack(root / "w8a16_channel_sparse24", sparse_layers)
     # Dense fp16 2:4 weights with the pack (the sparsity-only recipe shape).
     dense24 = root / "fp16_sparse24"
     sparse.save_pretrained(dense24)
@@ -207,7 +211,8 @@ def _interpreter_works() -> bool:
         return False
 
 
-@pytest.mark.parametrize("name", ["w4a16_g64_asym", "w8a8", "w8a8_sparse24", "fp16_sparse24", "w8a16", "w8a16_channel"])
+@pytest.mark.parametrize("name", ["w4a16_g64_asym", "w8a8", "w8a8_sparse24", "fp16_sparse24", "w8a16", "w8a16_channel",
+                                  "w8a16_channel_sparse24"])
 def test_kernel_path_matches_reference(checkpoints, name):
     """The runtime's kernel wiring (Triton interpreter on CPU, compiled on GPU) computes the reference's
     math, on every path the path table may choose (kernel, dequantize + cuBLAS, torch._int_mm, GEMV)."""
@@ -236,7 +241,8 @@ def test_kernel_path_matches_reference(checkpoints, name):
     expected = {"w4a16_g64_asym": {"kernel", "dequant+cublas"}, "w8a8": {"kernel", "int_mm", "gemv_i8"},
                 "w8a8_sparse24": {"kernel", "dequant+w8a8", "dequant+int_mm"}, "fp16_sparse24": {"kernel", "dequant+cublas"},
                 "w8a16": {"gemv_w8", "gemm_w8", "dequant+cublas"},
-                "w8a16_channel": {"gemv_w8", "gemm_w8", "dequant+cublas"}}[name]
+                "w8a16_channel": {"gemv_w8", "gemm_w8", "dequant+cublas"},
+                "w8a16_channel_sparse24": {"kernel", "dequant+cublas"}}[name]
     if name == "w4a16_g64_asym" and dev == "cuda":
         from compress.runtime import kernel_bridge as kb
 

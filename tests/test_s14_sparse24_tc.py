@@ -81,28 +81,33 @@ import kernels.sparse24 as sp
 
 fn = sp._sparse24_tc_kernel
 n = 0
-for int8, m, asm in [(i, m, a) for i in (False, True) for m in (2, 64, 256) for a in (False, True)]:
+# (int8 values and activations, weight-only int8 on 2:4: session 17's W8A16) per build
+for (int8, w8a16), m, asm in [(v, m, a) for v in ((False, False), (True, False), (False, True)) for m in (2, 64, 256)
+                              for a in (False, True)]:
     ptrs = dict(x_ptr="*i8" if int8 else "*fp16", sx_ptr="*fp32", v_ptr="*i32", meta_ptr="*i32", sw_ptr="*fp32",
                 out_ptr="*fp16", ws_ptr="*fp32", lock_ptr="*i32")
-    cfg = sp._config(m, int8)  # 16 x 64 tiles on 4 stages, 64 x 64 (int8) / 64 x 128 (fp16), 128 x 128 above 64 tokens
-    consts = dict(INT8=int8, VDT=tl.int8 if int8 else tl.float16, DOT_F32=False, BN=cfg["BN"], BM=cfg["BM"],
-                  BW=cfg["BW"], M_FAST=False, USE_ASM=asm)
+    cfg = sp._config_w8a16(m) if w8a16 else sp._config(m, int8)  # 16 x 64 tiles on 4 stages, 64 x 64 (int8) /
+    # 64 x 128 (fp16), 128 x 128 above 64 tokens
+    consts = dict(INT8=int8, VDT=tl.int8 if int8 or w8a16 else tl.float16, DOT_F32=False, BN=cfg["BN"], BM=cfg["BM"],
+                  BW=cfg["BW"], M_FAST=False, USE_ASM=asm, W8A16=w8a16)
     if not int8:
-        consts.update(sx_ptr=None, sw_ptr=None)
+        consts.update(sx_ptr=None)
+    if not int8 and not w8a16:
+        consts.update(sw_ptr=None)
     sig = {a: "constexpr" if a in consts else ptrs.get(a, "i32") for a in fn.arg_names}
     src = ASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(a),): v for a, v in consts.items()})
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                        options={"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]})
     assert "wgmma" in k.asm["ptx"] and k.metadata.shared <= 227 * 1024, (int8, m, k.metadata.shared)
     # the PRMT widening (its selector constant) is in the GPU build only
-    assert (("0x4444;" if int8 else "0x54545454;") in k.asm["ptx"]) == asm, (int8, m, asm)
+    assert (("0x4444;" if int8 or w8a16 else "0x54545454;") in k.asm["ptx"]) == asm, (int8, w8a16, m, asm)
     n += 1
 print("compiled", n)
 """
 
 
 def test_tc_compiles_for_the_h100():
-    compile_for_the_h100(_AOT, "compiled 12")
+    compile_for_the_h100(_AOT, "compiled 18")
 
 
 @pytest.mark.gpu

@@ -238,7 +238,7 @@ def e2e(
     workloads: Annotated[str, typer.Option(help=f"'all', names ({', '.join(WORKLOADS)}) or custom 'name:batch/input/output', comma-separated.")] = "all",
     runs: Annotated[int, typer.Option(min=1, help="Timed runs per workload (after one warm-up).")] = 3,
     synthetic: Annotated[Optional[Synthetic], typer.Option(help="Benchmark a published architecture with random weights instead of (or besides) checkpoints.")] = None,
-    formats: Annotated[Optional[str], typer.Option(help="Synthetic formats, comma-separated: fp16,w4a16,w8a16,w8a8,fp8,sparse24,w8a8-sparse24,vptq (default: all but w8a16).")] = None,
+    formats: Annotated[Optional[str], typer.Option(help="Synthetic formats, comma-separated: fp16,w4a16,w8a16,w8a8,fp8,sparse24,w8a8-sparse24,w8a16-sparse24,vptq (default: all but w8a16 and w8a16-sparse24).")] = None,
     profile: Annotated[bool, typer.Option("--profile", help="Add torch.profiler tables of one prefill and one decode step.")] = False,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Folder for e2e.md, e2e.json and the PNG plots.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the JSON document on stdout instead of the tables.")] = False,

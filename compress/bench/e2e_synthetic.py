@@ -15,6 +15,7 @@ Formats (data-free):
 | fp8           | float8 e4m3 per channel, float-quantized, dynamic per-token acts | fp8_dynamic              |
 | sparse24      | 2:4 magnitude prune, compress.sparse24 fp16 values + meta      | 2:4 recipes with --pack    |
 | w8a8-sparse24 | 2:4 magnitude prune then int8 per channel, sparse24 int8 values | w8a8_sparse_* with --pack |
+| w8a16-sparse24 | the same int8 values, weight-only (activations as they are)   | w8a16_sparse_awq with --pack |
 | vptq          | random 4096 x 8 main + 256 x 8 residual codebooks, random indices, compress.vptq | vptq_v8_k4096_r256 |
 """
 
@@ -133,6 +134,13 @@ def sparse24_w8a8(w: torch.Tensor):
     return "compress.sparse24", {"version": 1, "base_format": "compressed-tensors.w8a8"}, {**packed, "weight_scale": scale}
 
 
+def sparse24_w8a16(w: torch.Tensor):
+    """Weight-only int8 per channel on 2:4 (the w8a16_sparse_awq recipe's layers, data-free)."""
+    q, scale = _int8_channel(prune_24_magnitude(w))
+    packed = pack_sparse24(q)
+    return "compress.sparse24", {"version": 1, "base_format": "compressed-tensors.w8a16"}, {**packed, "weight_scale": scale}
+
+
 def random_vptq(w: torch.Tensor, main: int = 4096, residual: int = 256, v: int = 8):
     """Random codebooks and indices in the compress.vptq layout (speed only; the values are noise)."""
     from compress.vptq.format import index_bits, pack_indices
@@ -162,6 +170,7 @@ QUANTIZERS = {
     "fp8": fp8_ct,
     "sparse24": sparse24_fp16,
     "w8a8-sparse24": sparse24_w8a8,
+    "w8a16-sparse24": sparse24_w8a16,
     "vptq": random_vptq,
 }
 FORMATS = ["fp16", *QUANTIZERS]

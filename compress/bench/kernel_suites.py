@@ -108,6 +108,32 @@ def _w8a8_layer(n: int, k: int):
     return lambda w: CTW8A8Linear(spec, torch.float16, w[0], w[1])
 
 
+# Dense W8A16 results by (N, K, M, method): the 2:4 W8A16 rows' "dense of the same precision".
+_W8A16_DENSE: dict[tuple, dict] = {}
+
+
+def _w8a16_layer(n: int, k: int):
+    """The runtime's dense weight-only int8 layer, per-channel symmetric (the w8a16_sparse_awq recipe's scheme)."""
+    from compress.runtime.formats_ct import CTW8A16Linear
+    from compress.runtime.spec import LayerSpec
+
+    spec = LayerSpec(name=f"bench.w8a16.{n}x{k}", format="compressed-tensors.w8a16", in_features=k, out_features=n,
+                     args={"num_bits": 8, "type": "int", "symmetric": True, "strategy": "channel"})
+    return lambda w: CTW8A16Linear(spec, torch.float16, w[0], w[1].reshape(n, 1).half(), None)
+
+
+def w8a16_dense(n: int, k: int, m: int, method: str) -> dict:
+    """The runtime's dense W8A16 layer at (N, K, M): paths timed and checked (cached per process)."""
+    key = (n, k, m, method)
+    if key not in _W8A16_DENSE:
+        wq, ws = make_w8a8(n, k, "cuda", seed=n + k)
+        x = torch.randn(m, k, device="cuda", generator=torch.Generator("cuda").manual_seed(m)).half()
+        want = (x.float() @ (wq.float() * ws.reshape(n, 1).half().float()).t()).half()
+        _W8A16_DENSE[key] = runtime_paths(_w8a16_layer(n, k), (wq, ws), x, want, method)
+        del wq, ws
+    return _W8A16_DENSE[key]
+
+
 def _kernel_label(cfg: dict) -> Callable[[str], str]:
     """Names of the runtime's paths for the tables: its "kernel" path with the tiles it runs (`cfg`)."""
     return lambda name: f"kernel: {_path(cfg)}" if name == "kernel" else name
@@ -314,17 +340,18 @@ def run_w8a8(copy_gbs: float, quick: bool, method: str = DEFAULT_METHOD) -> list
 
 
 # ----------------------------------------------------------------------------------------------- 2:4
-def _sparse24_layer(n: int, k: int):
+def _sparse24_layer(n: int, k: int, base_format: str = "dense"):
     from compress.runtime.formats_compress import Sparse24Linear
     from compress.runtime.spec import LayerSpec
 
-    spec = LayerSpec(name=f"bench.sparse24.{n}x{k}", format="compress.sparse24", in_features=k, out_features=n)
+    spec = LayerSpec(name=f"bench.sparse24.{n}x{k}", format="compress.sparse24", in_features=k, out_features=n,
+                     args={"version": 1, "base_format": base_format})
     return lambda q: Sparse24Linear(spec, torch.float16, q["values"], q["meta"], q.get("w_scale"), q.get("meta_frag"))
 
 
 def run_sparse24(copy_gbs: float, quick: bool, method: str = DEFAULT_METHOD) -> list[dict]:
     from kernels.cases import prune_24
-    from kernels.sparse24 import _config, sparse24_linear_ref, sparse24_w8a8_linear_ref
+    from kernels.sparse24 import _config, _config_w8a16, sparse24_linear_ref, sparse24_w8a8_linear_ref, sparse24_w8a16_linear_ref
 
     rows = []
     ms = [1, 16, 256] if quick else BENCH_M
@@ -369,6 +396,18 @@ def run_sparse24(copy_gbs: float, quick: bool, method: str = DEFAULT_METHOD) -> 
             ref = _fp16_ms(x, w, method)
             _emit(rows, _row(name, n, k, m, o["ms"], ref, qbytes + 2 * m * (k + n), copy_gbs, rel_err=o["rel_err"],
                              variant="int8 (W8A8)", dense_ms=dense["ms"], dense_path=dense["path"], path=o["path"],
+                             best_ms=o["best_ms"], best_path=o["best_path"], paths_ms=o["paths"],
+                             pathtable_us=o["runtime_us"]))
+        # The same int8 values weight-only (W8A16, session 17), against the runtime's dense W8A16 layer.
+        for m in ms:
+            x = torch.randn(m, k, device="cuda").half()
+            want = sparse24_w8a16_linear_ref(x, q["values"], q["meta"], q["w_scale"])
+            o = runtime_paths(_sparse24_layer(n, k, "compressed-tensors.w8a16"), q, x, want, method,
+                              _kernel_label(_config_w8a16(m, n, k)))
+            dense = w8a16_dense(n, k, m, method)
+            ref = _fp16_ms(x, w, method)
+            _emit(rows, _row(name, n, k, m, o["ms"], ref, qbytes + 2 * m * (k + n), copy_gbs, rel_err=o["rel_err"],
+                             variant="int8 (W8A16)", dense_ms=dense["ms"], dense_path=dense["path"], path=o["path"],
                              best_ms=o["best_ms"], best_path=o["best_path"], paths_ms=o["paths"],
                              pathtable_us=o["runtime_us"]))
         del q, w

@@ -127,7 +127,7 @@ def targets(results: dict[str, list[dict]]) -> list[str]:
         if 256 in med:
             line("W8A8 >= 1.3x at M=256 (median)", f"{med[256]:.2f}x", med[256] >= 1.3)
     if "sparse24" in results:
-        for variant in ("fp16", "int8 (W8A8)"):
+        for variant in ("fp16", "int8 (W8A8)", "int8 (W8A16)"):
             rows = [r for r in results["sparse24"] if r.get("variant") == variant and r["M"] == 1]
             if rows:
                 v = statistics.median(r["dense_ms"] / r["kernel_ms"] for r in rows)
@@ -152,7 +152,7 @@ def write_plot(suite: str, rows: list[dict], path: Path, device: str | None = No
         ax.set_ylabel("vptq / torch fp16 (lower is faster)")
         ax.legend()
     else:
-        main = [r for r in rows if not r.get("variant") or r.get("variant") in ("fp16", "int8 (W8A8)")]
+        main = [r for r in rows if not r.get("variant") or r.get("variant") in ("fp16", "int8 (W8A8)", "int8 (W8A16)")]
         for key in sorted({(r["layer"], r.get("variant") or "") for r in main}):
             pts = sorted((r["M"], r["speedup"]) for r in main if (r["layer"], r.get("variant") or "") == key)
             if len(pts) > 2:
@@ -273,8 +273,9 @@ def render_markdown(report: dict) -> str:
         parts += ["", "## 2:4 sparse (compress.sparse24)", "",
                   "kernel (ms): the path the runtime's 2:4 layer serves at this M (its PathTable's pick among the paths it "
                   "offers, each checked and timed). vs dense = dense of the same precision / ours (fp16: torch "
-                  "F.linear; int8: the W8A8 table's kernel (ms) at the same shape and M, i.e. the runtime's dense W8A8 "
-                  "path). Peer: torch semi-structured sparse F.linear (fp16).", "",
+                  "F.linear; int8 (W8A8): the W8A8 table's kernel (ms) at the same shape and M, i.e. the runtime's dense W8A8 "
+                  "path; int8 (W8A16): the runtime's dense weight-only int8 layer, per-channel scales, its PathTable's "
+                  "pick). Peer: torch semi-structured sparse F.linear (fp16).", "",
                   linear_markdown(results["sparse24"], "torch_semi_structured_ms", "torch semi-structured (ms)", "vs dense",
                                   peers=[("dense_ms", "dense (ms)"), ("best_ms", "best (ms)")])]
     return "\n".join(parts) + "\n"

@@ -138,14 +138,16 @@ class Int4Linear(QuantLinear):
 class Sparse24Linear(QuantLinear):
     """2:4 sparse weights as compress.sparse24 values + 2-bit positions.
 
-    Two variants, chosen by the values' dtype: fp16/bf16 values (activations in the same dtype), or
-    int8 values with per-channel `weight_scale` and dynamic per-token int8 activations (the W8A8 math).
+    Three variants: fp16/bf16 values (activations in the same dtype); int8 values with per-channel
+    `weight_scale` and dynamic per-token int8 activations (the W8A8 math, `int8`); int8 values with
+    per-channel `weight_scale` on activations as they are (weight-only int8, `w8a16`: the pack's
+    base_format is compressed-tensors.w8a16).
     """
 
     CAT_DIMS = {"values": 0, "meta": 0, "w_scale": 0}
 
     def fuse_key(self):
-        return (self.int8,)
+        return (self.int8, self.w8a16)
 
     def __init__(self, spec: LayerSpec, dtype: torch.dtype, values: torch.Tensor, meta: torch.Tensor,
                  w_scale: torch.Tensor | None, meta_frag: torch.Tensor | None = None):
@@ -159,10 +161,12 @@ class Sparse24Linear(QuantLinear):
                 f"{spec.name}: sparse24 values {tuple(values.shape)} / meta {tuple(meta.shape)} do not match weight "
                 f"({n}, {k}); expected ({n}, {k // 2}) and ({n}, {sp24_fmt.meta_words(k)})"
             )
-        self.int8 = values.dtype == torch.int8
-        if self.int8 and (w_scale is None or w_scale.numel() != n):
+        int_values = values.dtype == torch.int8
+        self.w8a16 = int_values and spec.args.get("base_format") == "compressed-tensors.w8a16"
+        self.int8 = int_values and not self.w8a16  # W8A8: the activations are quantized too
+        if int_values and (w_scale is None or w_scale.numel() != n):
             raise CompressError(f"{spec.name}: int8 sparse24 values need a per-channel weight_scale of {n} values")
-        self.register_buffer("values", values if self.int8 else values.to(dtype))
+        self.register_buffer("values", values if int_values else values.to(dtype))
         self.register_buffer("meta", meta)
         self.register_buffer("w_scale", None if w_scale is None else w_scale.reshape(-1).float())
         self._frag = None if meta_frag is None else (self._frag_key(), meta_frag)
@@ -173,22 +177,22 @@ class Sparse24Linear(QuantLinear):
         meta = cls._take(spec, tensors, "meta").to(device)
         scale = tensors.get("weight_scale")
         if values.dtype == torch.int8 and "weight_zero_point" in tensors:
-            raise CompressError(f"{spec.name}: asymmetric int8 sparse24 layers are not supported; use symmetric W8A8")
+            raise CompressError(f"{spec.name}: asymmetric int8 sparse24 layers are not supported; use symmetric weights")
         mod = cls(spec, dtype, values, meta, None if scale is None else scale.to(device))
         mod._set_bias(tensors, device)
         return mod
 
     @classmethod
     def kernel_unavailable(cls, device, spec):
-        return kb.unavailable(device, "sparse24", "sparse24_linear", "sparse24_w8a8_linear")
+        return kb.unavailable(device, "sparse24", "sparse24_linear", "sparse24_w8a8_linear", "sparse24_w8a16_linear")
 
     def dequantize(self):
         w = sp24_fmt.unpack_sparse24(self.values, self.meta, (self.out_features, self.in_features)).float()
-        return w * self.w_scale[:, None] if self.int8 else w
+        return w * self.w_scale[:, None] if self.w_scale is not None else w
 
     def reference(self, x2d):
         dt = acc_dtype(x2d)
-        if not self.int8:
+        if not self.int8:  # fp16/bf16 values, or W8A16: the dequantized weight in fp32 (float64 when validating)
             return (x2d.to(dt) @ self.dequantize().to(dt).t()).to(x2d.dtype)
         w = sp24_fmt.unpack_sparse24(self.values, self.meta, (self.out_features, self.in_features))
         xq, xs = quantize_per_token_int8(x2d)
@@ -199,6 +203,8 @@ class Sparse24Linear(QuantLinear):
         k = kb.kernel_module("sparse24")
         if self.int8:
             return k.sparse24_w8a8_linear(x2d, self.values, self.meta, self.w_scale)
+        if self.w8a16:
+            return k.sparse24_w8a16_linear(x2d, self.values, self.meta, self.w_scale)
         return k.sparse24_linear(x2d, self.values, self.meta)
 
     def _dense(self):
@@ -226,6 +232,9 @@ class Sparse24Linear(QuantLinear):
         # Dense temporary, then the same math: cuBLAS for fp16 values; for int8 values the dense W8A8
         # kernel or torch._int_mm (same quantized activations, exact int32 products).
         paths = [("kernel", partial(self.kernel, x2d))]
+        if self.w8a16:  # dequantized dense temporary (int8 values times the channel scale, in x's dtype), then cuBLAS
+            return paths + [("dequant+cublas", lambda: torch.nn.functional.linear(
+                x2d, self._dense().to(x2d.dtype) * self.w_scale.to(x2d.dtype)[:, None]))]
         if not self.int8:
             k = kb.kernel_module("sparse24")
             # other tilings whose speed depends on the layer's shape (kernels.sparse24.alternative_configs)

@@ -61,13 +61,20 @@ def plan_layers(
         if name not in linears:
             raise CompressError(f"sparse24 pack lists layer {name!r}, which is not a Linear of this architecture")
         base = plan.get(name)
-        # The 2:4 kernels take fp16/bf16 values or int8 values with W8A8 activations; other schemes
-        # (e.g. W8A16 on 2:4) keep their compressed-tensors path.
-        if base is None or base.format == "compressed-tensors.w8a8":
+        # The 2:4 kernels take fp16/bf16 values, or int8 values with per-channel scales on W8A8 (quantized) or
+        # W8A16 (as they are) activations; other schemes (grouped or asymmetric int8, int4) keep their
+        # compressed-tensors path.
+        if base is None or base.format == "compressed-tensors.w8a8" or _sparse24_w8a16(base):
             mod = linears[name]
             args = {"version": pack.get("version"), "base_format": base.format if base else "dense"}
             plan[name] = LayerSpec(name, "compress.sparse24", mod.in_features, mod.out_features, mod.bias is not None, args)
     return plan
+
+
+def _sparse24_w8a16(base: LayerSpec) -> bool:
+    """A weight-only int8 layer the 2:4 W8A16 kernel takes: symmetric, one scale per output channel."""
+    return (base.format == "compressed-tensors.w8a16" and base.args.get("strategy") == "channel"
+            and base.args.get("symmetric", True))
 
 
 def sparse24_pack(compress_meta: Mapping[str, Any] | None) -> Mapping[str, Any] | None:

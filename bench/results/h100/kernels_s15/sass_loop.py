@@ -34,7 +34,7 @@ def main():
     fn = sp._sparse24_tc_kernel
     cfg = sp._config(m, int8)
     consts = dict(INT8=int8, VDT=tl.int8 if int8 else tl.float16, DOT_F32=False, BN=cfg["BN"], BM=cfg["BM"], BW=cfg["BW"],
-                  M_FAST=False, USE_ASM=asm)
+                  M_FAST=False, USE_ASM=asm, W8A16=False)
     if not int8:
         consts.update(sx_ptr=None, sw_ptr=None)
     ptrs = dict(x_ptr="*i8" if int8 else "*fp16", sx_ptr="*fp32", v_ptr="*i32", meta_ptr="*i32", sw_ptr="*fp32",
