@@ -259,6 +259,78 @@ def m_bucket(m: int) -> int:
     return M_BUCKETS[-1]
 
 
+# What a COMPRESS_KERNEL_CONFIGS entry must hold, by family (the kernel name given to `tuned_config`; "w8a8@<M>" is
+# "w8a8") and config "kind" (None: no "kind" key). Each row is the keys its launcher reads as cfg[KEY]; a family
+# without a None row reads cfg["kind"] itself, so there the kind is required too. Keys read with cfg.get(...) are
+# optional; keys the table does not know are ignored, as the launchers ignore them. Checked when `tuned_config`
+# returns an entry (families not listed here are not checked).
+_CONFIG_KEYS: dict[str, dict[str | None, tuple[str, ...]]] = {
+    "w8a8": {  # kernels/w8a8.py `_launch`
+        None: ("BM", "BN", "BK", "num_warps"),  # `_gemm` (`_w8a8_kernel`)
+        "gemv": (),  # `_launch_gemv`: BN, BW, num_warps optional (above 16 tokens `_gemm_fallback`'s GEMM tiles)
+        "tma": ("BM", "BN", "BK"),  # kernels/w8a8_gemm_tma.py `plan` / `launch`
+    },
+    "w4a16": {  # kernels/w4a16.py `_launch`
+        "dequant": (),  # dequantize + F.linear
+        "gemv": ("BN", "num_warps"),  # `_w4a16_gemv_kernel`
+        "tc": ("BM", "BN", "num_warps"),  # `_w4a16_tc_kernel`
+        "tcx": ("BM", "BN", "num_warps"),  # `_w4a16_tcx_kernel`
+        "mma": ("BM", "BN", "num_warps"),  # `_w4a16_mma_kernel` (the launcher's last branch)
+    },
+    "sparse24-int8": {  # kernels/sparse24.py `_launch` on int8 values
+        "tc": ("BM", "BN", "BW", "num_warps"),  # `_launch_tc`
+        "prmtw": ("BN", "BW", "num_warps"),  # `_launch_iw` (K % 8 != 0: the "prmt" GEMV)
+        "prmt": ("BN", "BW", "num_warps"),  # `_sparse24_gemv_i_kernel` / `_sparse24_gemv_kernel`
+        "gemv": ("BN", "BW", "num_warps"),  # `_sparse24_gemv_kernel`
+        "mma": ("BM", "BN", "BK", "num_warps"),  # `_sparse24_mma_kernel` (the launcher's last branch)
+    },
+    "sparse24-fp16": {  # kernels/sparse24.py `_launch` on fp16/bf16 values
+        "tc": ("BM", "BN", "BW", "num_warps"),  # `_launch_tc`
+        "prmtw": ("BN", "BQ", "num_warps"),  # `_launch_fw`
+        "prmt": ("BN", "BW", "num_warps"),  # `_sparse24_gemv_f_kernel`
+        "gemv": ("BN", "BW", "num_warps"),  # `_sparse24_gemv_kernel`
+        "mma": ("BM", "BN", "BK", "num_warps"),  # `_sparse24_mma_kernel`
+    },
+    "sparse24-w8a16": {  # kernels/sparse24.py `_launch_w8a16` (K % 8 != 0: densify + F.linear)
+        "prmtw": ("BN", "BW", "num_warps"),  # `_launch_w16`
+        "tc": ("BM", "BN", "BW", "num_warps"),  # `_launch_tc`
+        "dense": (),  # densify + F.linear
+    },
+}
+# Tile, warp and stage sizes: wherever present (required or not) they must be positive ints.
+_CONFIG_INT_KEYS = ("BM", "BN", "BK", "BW", "BQ", "NB", "num_warps", "num_stages", "deep")
+
+
+def check_tuned_entry(kernel: str, bucket: str, cfg, path: str = "COMPRESS_KERNEL_CONFIGS") -> None:
+    """Raise CompressError (one line: the file, the entry, the bad key, the fix) unless `cfg` is a config the launcher
+    of family `kernel` can run (`_CONFIG_KEYS`). kernel_tune's own candidates all pass
+    (tests/test_s17_kernel_configs.py)."""
+    family = kernel.split("@", 1)[0]
+    kinds = _CONFIG_KEYS.get(family)
+    if kinds is None:
+        return
+    where = f'COMPRESS_KERNEL_CONFIGS={path}: entry "{kernel}" / "{bucket}"'
+    fix = "python -m compress.bench.kernel_tune --final --write " + path
+    if not isinstance(cfg, dict):
+        raise CompressError(f"{where} is {json.dumps(cfg)[:60]}, not a JSON object of config keys; "
+                            f"write it as {{\"kind\": ..., \"BN\": ...}} or rewrite the file with {fix}")
+    kind = cfg.get("kind")
+    known = ", ".join(f'"{k}"' for k in kinds if k is not None)
+    if not isinstance(kind, (str, type(None))) or kind not in kinds:
+        what = ('lacks "kind"' if "kind" not in cfg
+                else f'has "kind": {json.dumps(kind)}, which {family} does not know')
+        raise CompressError(f"{where} {what} (one of {known}{' or none' if None in kinds else ''}); "
+                            f"fix it or rewrite the file with {fix}")
+    where += f' (kind "{kind}")' if kind is not None else ""
+    for key in kinds[kind]:
+        if key not in cfg:
+            raise CompressError(f'{where} lacks "{key}"; add it or rewrite the file with {fix}')
+    for key in _CONFIG_INT_KEYS:
+        if key in cfg and (type(cfg[key]) is not int or cfg[key] <= 0):
+            raise CompressError(f'{where} has "{key}": {json.dumps(cfg[key])}, which must be a positive integer; '
+                                f"fix it or rewrite the file with {fix}")
+
+
 def tuned_config(kernel: str, m: int) -> dict | None:
     path = os.environ.get("COMPRESS_KERNEL_CONFIGS")
     if not path:
@@ -270,6 +342,24 @@ def tuned_config(kernel: str, m: int) -> dict | None:
         except (OSError, ValueError) as e:
             raise CompressError(f"COMPRESS_KERNEL_CONFIGS={path} cannot be read ({e}); unset it or point it at a "
                                 "file written by `python -m compress.bench.kernel_tune --write`") from None
-        _TUNED.update(path=path, table=table)
-    cfg = _TUNED["table"].get(kernel, {}).get(str(m_bucket(m)))
+        if not isinstance(table, dict):
+            raise CompressError(f"COMPRESS_KERNEL_CONFIGS={path} holds {type(table).__name__}, not a JSON object "
+                                "{kernel: {M bucket: config}}; rewrite it with "
+                                f"python -m compress.bench.kernel_tune --final --write {path}")
+        _TUNED.update(path=path, table=table, checked=set())
+    bucket = str(m_bucket(m))
+    by_bucket = _TUNED["table"].get(kernel)
+    if by_bucket is None:
+        return None
+    if not isinstance(by_bucket, dict):
+        raise CompressError(f'COMPRESS_KERNEL_CONFIGS={path}: entry "{kernel}" is {json.dumps(by_bucket)[:60]}, not a '
+                            "JSON object {M bucket: config}; rewrite the file with "
+                            f"python -m compress.bench.kernel_tune --final --write {path}")
+    cfg = by_bucket.get(bucket)
+    if cfg is None or cfg == {}:  # no entry (an empty one overrides nothing): the launcher's own table
+        return None
+    checked = _TUNED.setdefault("checked", set())
+    if (kernel, bucket) not in checked:  # once per entry: this runs on every launch while the variable is set
+        check_tuned_entry(kernel, bucket, cfg, path)
+        checked.add((kernel, bucket))
     return dict(cfg) if cfg else None
