@@ -7,7 +7,8 @@ Usage (repository root, any machine with this project's Triton):
   python3 bench/results/h100/kernels_s16/sass_gemv.py KERNEL BN BW WARPS [fused (i)] [odd (iw: K not a multiple of 32 or MW of BW)]
 KERNEL: i (`_sparse24_gemv_i_kernel`, one value word per asm), iw (`_sparse24_gemv_iw_kernel`, one meta word), f
 (`_sparse24_gemv_f_kernel`, fp16 values: a value word is one group's 2 values) or fw
-(`_sparse24_gemv_fw_kernel`, a quad of 4 groups per asm; BW is then quads a step).
+(`_sparse24_gemv_fw_kernel`, a quad of 4 groups per asm; BW is then quads a step) or w16 (session 17's
+`_sparse24_gemv_w16_kernel`, int8 values on fp16 x, a value word per asm; flag bf16 for bf16 x).
 """
 
 from __future__ import annotations
@@ -34,11 +35,13 @@ def main():
     flags = sys.argv[5:]
     fused = "fused" in flags
     fn = {"iw": sp._sparse24_gemv_iw_kernel, "i": sp._sparse24_gemv_i_kernel, "f": sp._sparse24_gemv_f_kernel,
-          "fw": getattr(sp, "_sparse24_gemv_fw_kernel", None)}[kind]
+          "fw": getattr(sp, "_sparse24_gemv_fw_kernel", None), "w16": getattr(sp, "_sparse24_gemv_w16_kernel", None)}[kind]
     if kind in ("f", "fw"):
         consts = dict(USE_ASM=True, BN=bn, BW=bw, IS_BF16=False)
         if kind == "fw":  # BW = quads (4 groups) a step
             consts = dict(USE_ASM=True, BN=bn, BQ=bw, IS_BF16=False, EVEN="odd" not in flags, EVICT="evict_first")
+    elif kind == "w16":  # session 17: int8 values on fp16 (or, with flag bf16, bf16) x
+        consts = dict(USE_ASM=True, BN=bn, BW=bw, IS_BF16="bf16" in flags, EVEN="odd" not in flags, EVICT="evict_first")
     elif kind == "iw":
         consts = dict(USE_ASM=True, BN=bn, BW=bw, PDL=True, EVEN="odd" not in flags)
     else:
