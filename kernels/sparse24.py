@@ -432,6 +432,29 @@ def _gemv_x8(x_rows, xw, ok, offs_c, limit, EVEN: tl.constexpr):
     return xa, xb
 
 
+@triton.jit
+def _meta_word_rows(v_ptr, meta_ptr, x_ptr, m, stride_xm, offs_n, offs_c, N, VW, MW, ZERO):
+    """Row pointers of the meta-word GEMVs' tiles (int8 values: 4 value words a meta word): value words (1, BN, 4),
+    meta words (1, BN), activation words (1, BN, 4). Rows past N read row N - 1; the epilogue stores none of them."""
+    rows = tl.minimum(offs_n, N - 1).to(tl.int64)
+    v_rows = v_ptr + rows[None, :, None] * VW + offs_c[None, None, :]
+    m_rows = meta_ptr + rows[None, :] * MW
+    # The activation words of a tile, loaded by every lane for its own elements (L1 hits after the first): ZERO keeps
+    # the compiler from folding the rows into one (BW, 8) load, which would go through shared memory to the lanes.
+    x_rows = x_ptr + m.to(tl.int64) * stride_xm + offs_n[None, :, None] * ZERO + offs_c[None, None, :]
+    return v_rows, m_rows, x_rows
+
+
+@triton.jit
+def _meta_word_tile(m_rows, v_rows, mw, w_end, ONE, offs_c, VW, EVEN: tl.constexpr, EVICT: tl.constexpr):
+    """The tile of meta words mw (BW,) and their value words: indices clamped to the split (a prefetch past its end
+    reads its last words again, unused) and masked past it unless EVEN. ONE: the meta words' stride, a run-time 1,
+    hides their contiguity, so the meta load takes the value tile's lane order instead of a vectorized order of its
+    own (and a layout change through shared memory after it)."""
+    mi = tl.minimum(mw, w_end - 1) * ONE
+    return _gemv_tile(m_rows, v_rows, mi, mi * 4, offs_c, (mw < w_end)[:, None], VW, EVEN, EVICT)
+
+
 @triton.jit(do_not_specialize=["ONE"])
 def _sparse24_gemv_iw_kernel(
     x_ptr,  # (M, K/4) int32 view of the int8 activations (quantize_per_token)
@@ -469,25 +492,16 @@ def _sparse24_gemv_iw_kernel(
     m = tl.program_id(2)
     offs_n = pid_n * BN + tl.arange(0, BN)
     n_mask = offs_n < N
-    rows = tl.minimum(offs_n, N - 1).to(tl.int64)  # rows past N read row N - 1; the epilogue stores none of them
     offs_w = tl.arange(0, BW)
     offs_c = tl.arange(0, 4)
     w_start = pid_s * WORDS_PER_SPLIT
     w_end = tl.minimum(w_start + WORDS_PER_SPLIT, MW)
-    v_rows = v_ptr + rows[None, :, None] * VW + offs_c[None, None, :]  # (1, BN, 4)
-    # ONE: the meta words' stride, a run-time 1, hides their contiguity, so the meta load takes the value tile's lane
-    # order instead of a vectorized order of its own (and a layout change through shared memory after it).
-    m_rows = meta_ptr + rows[None, :] * MW  # (1, BN)
-    # The activation words of a tile, loaded by every lane for its own elements (L1 hits after the first): ZERO keeps
-    # the compiler from folding the rows into one (BW, 8) load, which would go through shared memory to the lanes.
-    x_rows = x_ptr + m.to(tl.int64) * stride_xm + offs_n[None, :, None] * ZERO + offs_c[None, None, :]  # (1, BN, 4)
+    v_rows, m_rows, x_rows = _meta_word_rows(v_ptr, meta_ptr, x_ptr, m, stride_xm, offs_n, offs_c, N, VW, MW, ZERO)
 
     mw = w_start + offs_w
-    mi = mw * ONE
-    meta, v = _gemv_tile(m_rows, v_rows, mi, mi * 4, offs_c, (mw < w_end)[:, None], VW, EVEN, EVICT)
+    meta, v = _meta_word_tile(m_rows, v_rows, mw, w_end, ONE, offs_c, VW, EVEN, EVICT)
     mw += BW
-    mi = tl.minimum(mw, w_end - 1) * ONE
-    meta_nx, v_nx = _gemv_tile(m_rows, v_rows, mi, mi * 4, offs_c, (mw < w_end)[:, None], VW, EVEN, EVICT)
+    meta_nx, v_nx = _meta_word_tile(m_rows, v_rows, mw, w_end, ONE, offs_c, VW, EVEN, EVICT)
     if PDL:
         gdc_wait()
     sx = tl.load(sx_ptr + m)
@@ -506,8 +520,7 @@ def _sparse24_gemv_iw_kernel(
                     + _iw_ref(meta, v3, x6, x7, 3))
         meta, v = meta_nx, v_nx
         mw += BW
-        mi = tl.minimum(mw, w_end - 1) * ONE
-        meta_nx, v_nx = _gemv_tile(m_rows, v_rows, mi, mi * 4, offs_c, (mw < w_end)[:, None], VW, EVEN, EVICT)
+        meta_nx, v_nx = _meta_word_tile(m_rows, v_rows, mw, w_end, ONE, offs_c, VW, EVEN, EVICT)
 
     dot = tl.sum(acc, axis=0)  # exact int32
     out = dot.to(tl.float32) * tl.load(sw_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32) * sx
@@ -693,21 +706,16 @@ def _sparse24_gemv_w16_kernel(
     m = tl.program_id(2)
     offs_n = pid_n * BN + tl.arange(0, BN)
     n_mask = offs_n < N
-    rows = tl.minimum(offs_n, N - 1).to(tl.int64)
     offs_w = tl.arange(0, BW)
     offs_c = tl.arange(0, 4)
     w_start = pid_s * WORDS_PER_SPLIT
     w_end = tl.minimum(w_start + WORDS_PER_SPLIT, MW)
-    v_rows = v_ptr + rows[None, :, None] * VW + offs_c[None, None, :]  # (1, BN, 4)
-    m_rows = meta_ptr + rows[None, :] * MW  # (1, BN)
-    x_rows = x_ptr + m.to(tl.int64) * stride_xm + offs_n[None, :, None] * ZERO + offs_c[None, None, :]  # (1, BN, 4)
+    v_rows, m_rows, x_rows = _meta_word_rows(v_ptr, meta_ptr, x_ptr, m, stride_xm, offs_n, offs_c, N, VW, MW, ZERO)
 
     mw = w_start + offs_w
-    mi = mw * ONE
-    meta, v = _gemv_tile(m_rows, v_rows, mi, mi * 4, offs_c, (mw < w_end)[:, None], VW, EVEN, EVICT)
+    meta, v = _meta_word_tile(m_rows, v_rows, mw, w_end, ONE, offs_c, VW, EVEN, EVICT)
     mw += BW
-    mi = tl.minimum(mw, w_end - 1) * ONE
-    meta_nx, v_nx = _gemv_tile(m_rows, v_rows, mi, mi * 4, offs_c, (mw < w_end)[:, None], VW, EVEN, EVICT)
+    meta_nx, v_nx = _meta_word_tile(m_rows, v_rows, mw, w_end, ONE, offs_c, VW, EVEN, EVICT)
     # two accumulators (value words 0, 2 and 1, 3): each meta word's FMAs form two dependent chains of 8, not one of 16
     acc = tl.zeros([BW, BN], dtype=tl.float32)
     acc2 = tl.zeros([BW, BN], dtype=tl.float32)
@@ -735,8 +743,7 @@ def _sparse24_gemv_w16_kernel(
             acc2 += _w16_ref(meta, v1, x4, x5, x6, x7, 1, IS_BF16) + _w16_ref(meta, v3, x12, x13, x14, x15, 3, IS_BF16)
         meta, v = meta_nx, v_nx
         mw += BW
-        mi = tl.minimum(mw, w_end - 1) * ONE
-        meta_nx, v_nx = _gemv_tile(m_rows, v_rows, mi, mi * 4, offs_c, (mw < w_end)[:, None], VW, EVEN, EVICT)
+        meta_nx, v_nx = _meta_word_tile(m_rows, v_rows, mw, w_end, ONE, offs_c, VW, EVEN, EVICT)
 
     out = tl.sum(acc + acc2, axis=0) * tl.load(sw_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)
     splitk_epilogue(out, out_ptr + m * stride_om + offs_n, n_mask, ws_ptr, lock_ptr, tl.arange(0, BN),
