@@ -253,3 +253,21 @@ def test_the_launchers_own_tables_pass():
     for by in w4a16.SHAPE_TUNED.values():
         for cfg in by.values():
             check_tuned_entry("w4a16", "x", cfg)
+
+
+def test_kernel_tune_writes_entries_the_launchers_read(write_configs):
+    # kernel_tune --final sweeps W8A8 at 2 and 8 tokens: their winners must land where `tuned_config` looks
+    from compress.bench.kernel_tune import best_entry
+
+    assert best_entry("w4a16", 16) == ("w4a16", "16") and best_entry("w8a8", 256) == ("w8a8", "256")
+    assert best_entry("w8a8", 2) == ("w8a8@2", "16") and best_entry("w8a8", 8) == ("w8a8@8", "16")
+    cfg = {"BM": 16, "BN": 64, "BK": 256, "num_warps": 4, "num_stages": 4}
+    table: dict = {}
+    for m, c in ((8, dict(cfg, deep=6)), (16, cfg)):
+        kernel, bucket = best_entry("w8a8", m)
+        table.setdefault(kernel, {})[bucket] = c
+    write_configs(table)
+    from kernels.w8a8 import _config
+
+    assert _config(8) == dict(cfg, deep=6)  # the exact-M winner
+    assert _config(4) == cfg  # the bucket's

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from compress.bench.kernel_timing import DEFAULT_METHOD, call_ms
+from kernels._common import m_bucket
 from kernels.cases import LLAMA_SHAPES, make_int4, make_sparse24, make_w8a8
 
 # (N, K): 8B q/o, 8B gate/up, 8B down, 70B gate/up, 70B k/v.
@@ -94,8 +95,18 @@ def _sweep(name: str, ms: list[int], configs_for, build, call, ref, log: list, t
               and all(math.isfinite(v) and v > 0 for v in sp)]
         if ok:
             best[m] = ok[0]
-            BEST.setdefault(name, {})[str(m)] = json.loads(ok[0][0])
+            kernel, bucket = best_entry(name, m)
+            BEST.setdefault(kernel, {})[bucket] = json.loads(ok[0][0])
     return best
+
+
+def best_entry(name: str, m: int) -> tuple[str, str]:
+    """Where --write puts the winner at M: the M bucket's entry when M is a bucket's own value, else an exact-M entry
+    ("w8a8@8": {"16": config}), which kernels.w8a8._config reads before the bucket's. The W8A8 --final sweep is the one
+    that runs at such Ms (2 and 8 tokens); before session 17 their winners went under the keys "2" / "8", which no
+    launcher looked up."""
+    bucket = m_bucket(m)
+    return (name, str(m)) if bucket == m else (f"{name}@{m}", str(bucket))
 
 
 # ---------------------------------------------------------------------------------------------- W4A16
