@@ -840,7 +840,8 @@ def _sparse24_mma_kernel(
 
 
 @triton.jit
-def _densify_kernel(v_ptr, meta_ptr, out_ptr, N, G, VW, MW, WIDE: tl.constexpr, BN: tl.constexpr, BW: tl.constexpr):
+def _densify_kernel(v_ptr, meta_ptr, out_ptr, N, G, VW, MW, WIDE: tl.constexpr, BN: tl.constexpr, BW: tl.constexpr,
+                    s_ptr=None, SCALED: tl.constexpr = False, OUT_DT: tl.constexpr = tl.float16):
     """The dense weight of compress.sparse24 values + 2-bit positions in 32-bit words (the same bits as
     unpack_sparse24). v_ptr: the values as int32 words (N, VW); out_ptr: the dense weight as int32 words (N, G) for
     int8, (N, 2G) for 16-bit values; G = K / 4 groups of 4 columns, MW meta words of 8 groups each per row.
@@ -850,7 +851,8 @@ def _densify_kernel(v_ptr, meta_ptr, out_ptr, N, G, VW, MW, WIDE: tl.constexpr, 
     H100 (bench/results/h100/kernels_s14/README.md, call 8), Llama-3-8B down_proj: 35.6 us int8, 68.1 us fp16, ~2.6
     TB/s of bytes read + written; loading each meta word once per group instead (8 times) took 71.1 / 102.9 us, a
     (BN, G, 4)-lane tile reshaped to (BN, K) 133.8 / 140.5 us; torch's scatter ~390 us (session 12's table, with its GEMM
-    taken off)."""
+    taken off). SCALED (int8 values, session 17): the dequantized weight instead, each int8 times its row's scale
+    s_ptr in fp32, rounded once to OUT_DT (fp16 / bf16) -- two output words a group, as for 16-bit values."""
     pid_n = tl.program_id(0)
     pid_w = tl.program_id(1)
     offs_n = (pid_n * BN + tl.arange(0, BN)).to(tl.int64)
@@ -878,8 +880,23 @@ def _densify_kernel(v_ptr, meta_ptr, out_ptr, N, G, VW, MW, WIDE: tl.constexpr, 
         half = (16 * (tl.arange(0, 8) % 2))[None, None, :]
         v0 = (vw >> half) & 0xFF
         v1 = (vw >> (half + 8)) & 0xFF
-        tl.store(out_ptr + offs_n[:, None] * G + offs_g[None, :], tl.reshape((v0 << (8 * p0)) | (v1 << (8 * p1)), [BN, BW * 8]),
-                 mask=g_mask)
+        d = (v0 << (8 * p0)) | (v1 << (8 * p1))  # the group's 4 dense bytes
+        if SCALED:
+            sc = tl.load(s_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[:, None, None]
+            lo = _scaled_pair(d, 0, sc, OUT_DT) | (_scaled_pair(d, 1, sc, OUT_DT) << 16)
+            hi = _scaled_pair(d, 2, sc, OUT_DT) | (_scaled_pair(d, 3, sc, OUT_DT) << 16)
+            offs_o = pid_w * BW * 16 + tl.arange(0, BW * 16)
+            tl.store(out_ptr + offs_n[:, None] * (2 * G) + offs_o[None, :], tl.reshape(tl.join(lo, hi), [BN, BW * 16]),
+                     mask=n_mask & (offs_o < 2 * G)[None, :])
+        else:
+            tl.store(out_ptr + offs_n[:, None] * G + offs_g[None, :], tl.reshape(d, [BN, BW * 8]), mask=g_mask)
+
+
+@triton.jit
+def _scaled_pair(d, i: tl.constexpr, sc, OUT_DT: tl.constexpr):
+    """Byte i of the dense words d (a signed int8) times sc, rounded to OUT_DT, as the low 16 bits of an int32."""
+    b = ((d << (24 - 8 * i)) >> 24).to(tl.float32)  # arithmetic shift: the byte's sign
+    return (b * sc).to(OUT_DT, fp_downcast_rounding="rtne").to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
 
 
 DENSIFY_TILE = (16, 32)  # (rows, meta words = 8 groups each) per program
@@ -906,6 +923,31 @@ def densify_sparse24(values: torch.Tensor, meta: torch.Tensor, k: int) -> torch.
         _densify_kernel[(triton.cdiv(n, bn), triton.cdiv(meta.shape[1], bw))](
             v32, meta.contiguous(), out.view(torch.int32), n, k // 4, v32.shape[1], meta.shape[1], WIDE=wide, BN=bn, BW=bw,
             num_warps=4)
+    return out
+
+
+def dequantize_w8a16_sparse24(values: torch.Tensor, meta: torch.Tensor, k: int, w_scale: torch.Tensor,
+                              dtype: torch.dtype) -> torch.Tensor:
+    """The dense (N, K) weight of int8 compress.sparse24 values times their rows' scales, rounded once to `dtype`
+    (fp16 / bf16): one launch of `_densify_kernel` (SCALED), where densify + cast + multiply read and wrote the
+    weight three more times (the W8A16 "dequant+cublas" path, session 17). K not a multiple of 8: the reference."""
+    what = "dequantize_w8a16_sparse24"
+    check_device(what, values, meta, w_scale)
+    n = values.shape[0]
+    if values.dtype != torch.int8 or w_scale.numel() != n or dtype not in (torch.float16, torch.bfloat16):
+        raise CompressError(f"{what}: expects int8 values with one scale per row and a 16-bit float dtype, got "
+                            f"{values.dtype}, {w_scale.numel()} scales for {n} rows, {dtype}")
+    if k % 8:
+        return (densify_sparse24(values, meta, k).float() * w_scale.reshape(n, 1).float()).to(dtype)
+    densify_sparse24(values[:0], meta[:0], k)  # the shape checks
+    out = torch.empty(n, k, device=values.device, dtype=dtype)
+    if n:
+        v32 = values.contiguous().view(torch.int32)
+        bn, bw = DENSIFY_TILE
+        _densify_kernel[(triton.cdiv(n, bn), triton.cdiv(meta.shape[1], bw))](
+            v32, meta.contiguous(), out.view(torch.int32), n, k // 4, v32.shape[1], meta.shape[1], WIDE=False, BN=bn,
+            BW=bw, s_ptr=w_scale.reshape(n).contiguous(), SCALED=True,
+            OUT_DT=tl.bfloat16 if dtype == torch.bfloat16 else tl.float16, num_warps=4)
     return out
 
 
@@ -1299,6 +1341,10 @@ def _launch(x, values, meta, w_scale, config: dict | None = None) -> torch.Tenso
 
 
 W16_CONFIG = {"kind": "prmtw", "BN": 8, "BW": 32, "num_warps": 4, "waves": 1, "evict": "evict_first"}
+# From here the dequantized weight (one launch, `dequantize_w8a16_sparse24`) + cuBLAS: session 17, call 11, at 1024
+# tokens faster than the 128 x 128 tensor-core tiles on all 8 Llama-3 shapes (8B down 380.0 -> 215.9 us); at 256 on 5
+# of 8. (The runtime's path table times both per layer.)
+W16_DENSE_MIN_M = 1024
 
 
 def _config_w8a16(m: int, n: int = 0, k: int = 0) -> dict:
@@ -1307,10 +1353,13 @@ def _config_w8a16(m: int, n: int = 0, k: int = 0) -> dict:
     shapes, against the runtime's dense W8A16 layer in the same process): 8 rows x 32 meta words on 4 warps, K unsplit
     where the tiles fill one wave, weights evict_first; N <= 2048 (k/v) 4 x 64 (8B k/v 5.45 -> 3.88 us); K <= 8192 with
     N >= 8192 (70B q/o, the gate/up layers) 16 x 16 (8B gate/up 23.2 -> 20.0 us). From 2 tokens the fp16 values'
-    tensor-core tiles (`_config`), on int8 value words. COMPRESS_KERNEL_CONFIGS overrides it under "sparse24-w8a16"."""
+    tensor-core tiles (`_config`), on int8 value words; from W16_DENSE_MIN_M the dequantized weight and cuBLAS.
+    COMPRESS_KERNEL_CONFIGS overrides it under "sparse24-w8a16"."""
     tuned = tuned_config("sparse24-w8a16", m)
     if tuned:
         return tuned
+    if m >= W16_DENSE_MIN_M:
+        return {"kind": "dense"}
     if m > GEMV_MAX_M:
         return _config(m, int8=False)
     if n and n <= 2048:
@@ -1361,8 +1410,7 @@ def _launch_w8a16(x, values, meta, w_scale, config: dict | None = None) -> torch
         return _launch_w16(x2, values, meta, sw, out, cfg).reshape(*lead, n)
     if cfg["kind"] == "tc" and k % 8 == 0:
         return _launch_tc(x2, values, meta, sw, out, cfg, w8a16=True).reshape(*lead, n)
-    w = densify_sparse24(values, meta, k).to(x.dtype) * sw.to(x.dtype)[:, None]
-    return F.linear(x2, w).reshape(*lead, n)
+    return F.linear(x2, dequantize_w8a16_sparse24(values, meta, k, sw, x.dtype)).reshape(*lead, n)
 
 
 @torch.library.custom_op("compress::sparse24_linear", mutates_args=())

@@ -86,8 +86,9 @@ def test_config_one_token_gemv_then_tensor_cores():
     assert sp._config_w8a16(1, 8192, 28672) == sp.W16_CONFIG  # long rows
     assert (sp._config_w8a16(1, 1024, 8192)["BN"], sp._config_w8a16(1, 1024, 8192)["BW"]) == (4, 64)  # k/v
     assert (sp._config_w8a16(1, 14336, 4096)["BN"], sp._config_w8a16(1, 8192, 8192)["BW"]) == (16, 16)
-    for m in (2, 16, 17, 64, 65):
+    for m in (2, 16, 17, 64, 65, 1023):
         assert sp._config_w8a16(m)["kind"] == "tc"
+    assert sp._config_w8a16(1024)["kind"] == "dense"  # dequantize once + cuBLAS
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -223,3 +224,19 @@ def test_llama_shapes_gpu(shape, dtype):
         x = torch.randn(m, k, device="cuda").to(dtype)
         got = sp.sparse24_w8a16_linear(x, p["values"], p["meta"], p["w_scale"])
         assert rel_err(got, sp.sparse24_w8a16_linear_ref(x, p["values"], p["meta"], p["w_scale"])) < 3e-3, m
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("n,k", [(16, 256), (13, 96), (40, 132)])
+def test_dequantize_is_one_rounding_of_the_scaled_weight(n, k, dtype):
+    # the "dequant+cublas" path's weight: int8 x channel scale in fp32, rounded once (K = 132: the reference route)
+    p = _layer(n, k, seed=n * k)
+    got = sp.dequantize_w8a16_sparse24(p["values"], p["meta"], k, p["w_scale"], dtype)
+    want = (sp.unpack_sparse24(p["values"], p["meta"], (n, k)).float() * p["w_scale"].float()[:, None]).to(dtype)
+    assert got.dtype == dtype
+    if dtype == torch.bfloat16 and DEV == "cpu":  # Triton's CPU interpreter truncates fp32 -> bf16: within one unit
+        assert ((got.float() - want.float()).abs() <= want.float().abs() * 2.0**-7).all()
+    else:
+        assert torch.equal(got, want)
+    with pytest.raises(CompressError, match="one scale per row"):
+        sp.dequantize_w8a16_sparse24(p["values"], p["meta"], k, p["w_scale"][:3], dtype)

@@ -233,8 +233,9 @@ class Sparse24Linear(QuantLinear):
         # kernel or torch._int_mm (same quantized activations, exact int32 products).
         paths = [("kernel", partial(self.kernel, x2d))]
         if self.w8a16:  # dequantized dense temporary (int8 values times the channel scale, in x's dtype), then cuBLAS
+            k = kb.kernel_module("sparse24")
             return paths + [("dequant+cublas", lambda: torch.nn.functional.linear(
-                x2d, self._dense().to(x2d.dtype) * self.w_scale.to(x2d.dtype)[:, None]))]
+                x2d, k.dequantize_w8a16_sparse24(self.values, self.meta, self.in_features, self.w_scale, x2d.dtype)))]
         if not self.int8:
             k = kb.kernel_module("sparse24")
             # other tilings whose speed depends on the layer's shape (kernels.sparse24.alternative_configs)
