@@ -1139,6 +1139,11 @@ def _config(m: int, int8: bool = False, n: int = 0, k: int = 0) -> dict:
     tuned = tuned_config("sparse24-int8" if int8 else "sparse24-fp16", m)
     if tuned:
         return tuned
+    return _config_builtin(m, int8, n, k)
+
+
+def _config_builtin(m: int, int8: bool = False, n: int = 0, k: int = 0) -> dict:
+    """`_config` without COMPRESS_KERNEL_CONFIGS."""
     if m <= GEMV_MAX_M and int8:
         return _config_iw(n, k)
     if m <= GEMV_MAX_M:
@@ -1360,8 +1365,8 @@ def _config_w8a16(m: int, n: int = 0, k: int = 0) -> dict:
         return tuned
     if m >= W16_DENSE_MIN_M:
         return {"kind": "dense"}
-    if m > GEMV_MAX_M:
-        return _config(m, int8=False)
+    if m > GEMV_MAX_M:  # the built-in tiles: a "sparse24-fp16" entry of COMPRESS_KERNEL_CONFIGS is for fp16 values
+        return _config_builtin(m)
     if n and n <= 2048:
         return dict(W16_CONFIG, BN=4, BW=64)
     if n >= 8192 and k and k <= 8192:

@@ -271,3 +271,13 @@ def test_kernel_tune_writes_entries_the_launchers_read(write_configs):
 
     assert _config(8) == dict(cfg, deep=6)  # the exact-M winner
     assert _config(4) == cfg  # the bucket's
+
+
+def test_a_fp16_24_entry_does_not_reach_the_w8a16_layers(write_configs):
+    # "sparse24-fp16" tunes fp16 values (e.g. the quad GEMV with BQ); W8A16 from 2 tokens uses the built-in tiles
+    from kernels import sparse24
+
+    write_configs({"sparse24-fp16": {"16": {"kind": "prmtw", "BN": 4, "BQ": 64, "num_warps": 4}}})
+    assert sparse24._config(4)["kind"] == "prmtw"  # the fp16 layers take the entry
+    assert sparse24._config_w8a16(4, 4096, 4096) == sparse24._config_builtin(4)
+    assert sparse24._config_w8a16(4, 4096, 4096)["kind"] == "tc"
