@@ -902,6 +902,28 @@ def _scaled_pair(d, i: tl.constexpr, sc, OUT_DT: tl.constexpr):
 DENSIFY_TILE = (16, 32)  # (rows, meta words = 8 groups each) per program
 
 
+def _check_packed(what: str, values: torch.Tensor, meta: torch.Tensor, k: int) -> int:
+    """N of compress.sparse24 values + meta describing an (N, K) weight, else a one-line error."""
+    n = values.shape[0]
+    if k % 4 or tuple(values.shape) != (n, k // 2) or meta.dtype != torch.int32 or tuple(meta.shape) != (n, meta_words(k)):
+        raise CompressError(f"{what}: values {tuple(values.shape)} / meta {tuple(meta.shape)} {meta.dtype} do not "
+                            f"describe a ({n}, {k}) weight; expected ({n}, {k // 2}) and int32 ({n}, {meta_words(k)})")
+    return n
+
+
+def _launch_densify(values: torch.Tensor, meta: torch.Tensor, k: int, out: torch.Tensor, **scaled) -> torch.Tensor:
+    """`_densify_kernel` over the whole weight into `out` ((N, K), written as 32-bit words); `scaled`: its SCALED
+    arguments (s_ptr, SCALED, OUT_DT)."""
+    n = values.shape[0]
+    if n:
+        v32 = values.contiguous().view(torch.int32)
+        bn, bw = DENSIFY_TILE
+        _densify_kernel[(triton.cdiv(n, bn), triton.cdiv(meta.shape[1], bw))](
+            v32, meta.contiguous(), out.view(torch.int32), n, k // 4, v32.shape[1], meta.shape[1],
+            WIDE=values.element_size() == 2, BN=bn, BW=bw, num_warps=4, **scaled)
+    return out
+
+
 def densify_sparse24(values: torch.Tensor, meta: torch.Tensor, k: int) -> torch.Tensor:
     """The dense (N, K) weight of compress.sparse24 values + meta, in one launch (unpack_sparse24 is the reference,
     bit for bit; it also serves int8 layers whose K is not a multiple of 8). What the runtime's "dequantize, then
@@ -909,21 +931,10 @@ def densify_sparse24(values: torch.Tensor, meta: torch.Tensor, k: int) -> torch.
     down_proj (bench/results/h100/kernels_s14/README.md, calls 7-8: 35.6 us now for int8)."""
     what = "densify_sparse24"
     check_device(what, values, meta)
-    n = values.shape[0]
-    if k % 4 or tuple(values.shape) != (n, k // 2) or meta.dtype != torch.int32 or tuple(meta.shape) != (n, meta_words(k)):
-        raise CompressError(f"{what}: values {tuple(values.shape)} / meta {tuple(meta.shape)} {meta.dtype} do not "
-                            f"describe a ({n}, {k}) weight; expected ({n}, {k // 2}) and int32 ({n}, {meta_words(k)})")
-    wide = values.element_size() == 2
-    if not wide and (values.dtype != torch.int8 or k % 8):
+    n = _check_packed(what, values, meta, k)
+    if values.element_size() != 2 and (values.dtype != torch.int8 or k % 8):
         return unpack_sparse24(values, meta, (n, k))
-    out = torch.empty(n, k, device=values.device, dtype=values.dtype)
-    if n:
-        v32 = values.contiguous().view(torch.int32)
-        bn, bw = DENSIFY_TILE
-        _densify_kernel[(triton.cdiv(n, bn), triton.cdiv(meta.shape[1], bw))](
-            v32, meta.contiguous(), out.view(torch.int32), n, k // 4, v32.shape[1], meta.shape[1], WIDE=wide, BN=bn, BW=bw,
-            num_warps=4)
-    return out
+    return _launch_densify(values, meta, k, torch.empty(n, k, device=values.device, dtype=values.dtype))
 
 
 def dequantize_w8a16_sparse24(values: torch.Tensor, meta: torch.Tensor, k: int, w_scale: torch.Tensor,
@@ -933,22 +944,15 @@ def dequantize_w8a16_sparse24(values: torch.Tensor, meta: torch.Tensor, k: int, 
     weight three more times (the W8A16 "dequant+cublas" path, session 17). K not a multiple of 8: the reference."""
     what = "dequantize_w8a16_sparse24"
     check_device(what, values, meta, w_scale)
-    n = values.shape[0]
+    n = _check_packed(what, values, meta, k)
     if values.dtype != torch.int8 or w_scale.numel() != n or dtype not in (torch.float16, torch.bfloat16):
         raise CompressError(f"{what}: expects int8 values with one scale per row and a 16-bit float dtype, got "
                             f"{values.dtype}, {w_scale.numel()} scales for {n} rows, {dtype}")
     if k % 8:
-        return (densify_sparse24(values, meta, k).float() * w_scale.reshape(n, 1).float()).to(dtype)
-    densify_sparse24(values[:0], meta[:0], k)  # the shape checks
-    out = torch.empty(n, k, device=values.device, dtype=dtype)
-    if n:
-        v32 = values.contiguous().view(torch.int32)
-        bn, bw = DENSIFY_TILE
-        _densify_kernel[(triton.cdiv(n, bn), triton.cdiv(meta.shape[1], bw))](
-            v32, meta.contiguous(), out.view(torch.int32), n, k // 4, v32.shape[1], meta.shape[1], WIDE=False, BN=bn,
-            BW=bw, s_ptr=w_scale.reshape(n).contiguous(), SCALED=True,
-            OUT_DT=tl.bfloat16 if dtype == torch.bfloat16 else tl.float16, num_warps=4)
-    return out
+        return (unpack_sparse24(values, meta, (n, k)).float() * w_scale.reshape(n, 1).float()).to(dtype)
+    return _launch_densify(values, meta, k, torch.empty(n, k, device=values.device, dtype=dtype),
+                           s_ptr=w_scale.reshape(n).contiguous(), SCALED=True,
+                           OUT_DT=tl.bfloat16 if dtype == torch.bfloat16 else tl.float16)
 
 
 # `_expand_words`' widening on the GPU (session 15). A group's positions p0 < p1 (bits 4j.. of its meta word) put its
@@ -1222,6 +1226,15 @@ def _mma_config(m: int) -> dict:
     return {"kind": "mma", "BM": 128, "BN": 128, "BK": 64, "num_warps": 8, "num_stages": 3}
 
 
+def _gemv_grid(m: int, n: int, bn: int, steps: int, cfg: dict, device: torch.device):
+    """The one-token GEMVs' grid (n_tiles, split, m) and its split-K buffers: BN rows a program, the K loop's `steps`
+    steps split by the config (`config_chunks`). Returns (n_tiles, split, steps per split, workspace, locks)."""
+    n_tiles = triton.cdiv(n, bn)
+    split, per = config_chunks(n_tiles * m, steps, cfg, device)
+    ws, locks = splitk_buffers(device, n_tiles * m, split, bn)
+    return n_tiles, split, per, ws, locks
+
+
 def _launch_iw(x2, values, meta, sw, out, cfg: dict) -> torch.Tensor:
     """`_sparse24_gemv_iw_kernel` (config kind "prmtw") on x quantized once by `quantize_per_token`. "pdl": launched
     with PDL behind the quantizer, its first two weight tiles requested before the wait; "qwait": the quantizer waits
@@ -1233,9 +1246,7 @@ def _launch_iw(x2, values, meta, sw, out, cfg: dict) -> torch.Tensor:
     n = values.shape[0]
     mw = meta_words(k)
     bn, bw = cfg["BN"], cfg["BW"]
-    n_tiles = triton.cdiv(n, bn)
-    split, per = config_chunks(n_tiles * m, triton.cdiv(mw, bw), cfg, x2.device)
-    ws, locks = splitk_buffers(x2.device, n_tiles * m, split, bn)
+    n_tiles, split, per, ws, locks = _gemv_grid(m, n, bn, triton.cdiv(mw, bw), cfg, x2.device)
     pdl = bool(cfg.get("pdl")) and pdl_enabled(x2.device)
     xq, sx = _quantize(x2, cfg, pdl, 0)
     x32 = xq.view(torch.int32)
@@ -1253,9 +1264,7 @@ def _launch_fw(x2, values, meta, out, cfg: dict) -> torch.Tensor:
     n = values.shape[0]
     bn, bq = cfg["BN"], cfg["BQ"]
     kq = triton.cdiv(k, 16)
-    n_tiles = triton.cdiv(n, bn)
-    split, per = config_chunks(n_tiles * m, triton.cdiv(kq, bq), cfg, x2.device)
-    ws, locks = splitk_buffers(x2.device, n_tiles * m, split, bn)
+    n_tiles, split, per, ws, locks = _gemv_grid(m, n, bn, triton.cdiv(kq, bq), cfg, x2.device)
     x32 = x2.view(torch.int32)
     _sparse24_gemv_fw_kernel[(n_tiles, split, m)](
         x32, values.view(torch.int32), meta, out, ws, locks, m, n, k // 4, meta_words(k), per * bq, split, x32.stride(0),
@@ -1293,10 +1302,7 @@ def _launch(x, values, meta, w_scale, config: dict | None = None) -> torch.Tenso
         cfg["kind"] = "prmt"
     if cfg["kind"] == "prmt" and (not int8 or k % 8 == 0):
         bw = cfg["BW"]
-        n_tiles = triton.cdiv(n, cfg["BN"])
-        steps = triton.cdiv(mw, bw)
-        split, per = config_chunks(n_tiles * m, steps, cfg, x.device)
-        ws, locks = splitk_buffers(x.device, n_tiles * m, split, cfg["BN"])
+        n_tiles, split, per, ws, locks = _gemv_grid(m, n, cfg["BN"], triton.cdiv(mw, bw), cfg, x.device)
         if int8 and cfg.get("fused"):  # each program quantizes x itself: no quantizer launch
             _sparse24_gemv_i_kernel[(n_tiles, split, m)](
                 x2, sw, values.view(torch.int32), meta, sw, out, ws, locks, m, n, k // 8, mw, per * bw, split,
@@ -1319,10 +1325,7 @@ def _launch(x, values, meta, w_scale, config: dict | None = None) -> torch.Tenso
                 num_warps=cfg["num_warps"])
     elif cfg["kind"] in ("gemv", "prmt"):
         bw = cfg["BW"]
-        n_tiles = triton.cdiv(n, cfg["BN"])
-        steps = triton.cdiv(mw, bw)
-        split, per = config_chunks(n_tiles * m, steps, cfg, x.device)
-        ws, locks = splitk_buffers(x.device, n_tiles * m, split, cfg["BN"])
+        n_tiles, split, per, ws, locks = _gemv_grid(m, n, cfg["BN"], triton.cdiv(mw, bw), cfg, x.device)
         xin, sx = quantize_per_token(x2) if int8 else (x2, sw)  # sx_ptr unused unless INT8
         _sparse24_gemv_kernel[(n_tiles, split, m)](
             xin, sx, values, meta, sw, out, ws, locks, m, n, k, mw, per * bw, split, xin.stride(0), n,
@@ -1381,9 +1384,7 @@ def _launch_w16(x2, values, meta, sw, out, cfg: dict) -> torch.Tensor:
     n = values.shape[0]
     mw = meta_words(k)
     bn, bw = cfg["BN"], cfg["BW"]
-    n_tiles = triton.cdiv(n, bn)
-    split, per = config_chunks(n_tiles * m, triton.cdiv(mw, bw), cfg, x2.device)
-    ws, locks = splitk_buffers(x2.device, n_tiles * m, split, bn)
+    n_tiles, split, per, ws, locks = _gemv_grid(m, n, bn, triton.cdiv(mw, bw), cfg, x2.device)
     x32 = x2.view(torch.int32)
     _sparse24_gemv_w16_kernel[(n_tiles, split, m)](
         x32, values.view(torch.int32), meta, sw, out, ws, locks, m, n, k // 8, mw, per * bw, split, x32.stride(0), n,
