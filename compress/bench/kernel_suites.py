@@ -388,28 +388,22 @@ def run_sparse24(copy_gbs: float, quick: bool, method: str = DEFAULT_METHOD) -> 
             q["meta_frag"] = pack_meta_fragments(q["meta"], n, k)
         qbytes = q["values"].numel() + q["meta"].numel() * 4 + 4 * n
         w = _dense(n, k)
-        for m in ms:
-            x = torch.randn(m, k, device="cuda").half()
-            want = sparse24_w8a8_linear_ref(x, q["values"], q["meta"], q["w_scale"])
-            o = runtime_paths(_sparse24_layer(n, k), q, x, want, method, _kernel_label(_config(m, True, n, k)))
-            dense = w8a8_dense(n, k, m, method)
-            ref = _fp16_ms(x, w, method)
-            _emit(rows, _row(name, n, k, m, o["ms"], ref, qbytes + 2 * m * (k + n), copy_gbs, rel_err=o["rel_err"],
-                             variant="int8 (W8A8)", dense_ms=dense["ms"], dense_path=dense["path"], path=o["path"],
-                             best_ms=o["best_ms"], best_path=o["best_path"], paths_ms=o["paths"],
-                             pathtable_us=o["runtime_us"]))
-        # The same int8 values weight-only (W8A16, session 17), against the runtime's dense W8A16 layer.
-        for m in ms:
-            x = torch.randn(m, k, device="cuda").half()
-            want = sparse24_w8a16_linear_ref(x, q["values"], q["meta"], q["w_scale"])
-            o = runtime_paths(_sparse24_layer(n, k, "compressed-tensors.w8a16"), q, x, want, method,
-                              _kernel_label(_config_w8a16(m, n, k)))
-            dense = w8a16_dense(n, k, m, method)
-            ref = _fp16_ms(x, w, method)
-            _emit(rows, _row(name, n, k, m, o["ms"], ref, qbytes + 2 * m * (k + n), copy_gbs, rel_err=o["rel_err"],
-                             variant="int8 (W8A16)", dense_ms=dense["ms"], dense_path=dense["path"], path=o["path"],
-                             best_ms=o["best_ms"], best_path=o["best_path"], paths_ms=o["paths"],
-                             pathtable_us=o["runtime_us"]))
+        # The int8 values as W8A8 (quantized activations), then weight-only (W8A16, session 17), each against the
+        # runtime's dense layer of that scheme.
+        for variant, base, ref, cfg_at, dense_at in (
+                ("int8 (W8A8)", "dense", sparse24_w8a8_linear_ref, lambda m: _config(m, True, n, k), w8a8_dense),
+                ("int8 (W8A16)", "compressed-tensors.w8a16", sparse24_w8a16_linear_ref,
+                 lambda m: _config_w8a16(m, n, k), w8a16_dense)):
+            for m in ms:
+                x = torch.randn(m, k, device="cuda").half()
+                want = ref(x, q["values"], q["meta"], q["w_scale"])
+                o = runtime_paths(_sparse24_layer(n, k, base), q, x, want, method, _kernel_label(cfg_at(m)))
+                dense = dense_at(n, k, m, method)
+                ref_ms = _fp16_ms(x, w, method)
+                _emit(rows, _row(name, n, k, m, o["ms"], ref_ms, qbytes + 2 * m * (k + n), copy_gbs,
+                                 rel_err=o["rel_err"], variant=variant, dense_ms=dense["ms"], dense_path=dense["path"],
+                                 path=o["path"], best_ms=o["best_ms"], best_path=o["best_path"], paths_ms=o["paths"],
+                                 pathtable_us=o["runtime_us"]))
         del q, w
     return rows
 
