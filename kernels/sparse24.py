@@ -1360,8 +1360,12 @@ def _config_w8a16(m: int, n: int = 0, k: int = 0) -> dict:
     the layer's shape from session 17's H100 sweep (bench/results/h100/kernels_s17/, call 2: 8 tilings on the 8 Llama-3
     shapes, against the runtime's dense W8A16 layer in the same process): 8 rows x 32 meta words on 4 warps, K unsplit
     where the tiles fill one wave, weights evict_first; N <= 2048 (k/v) 4 x 64 (8B k/v 5.45 -> 3.88 us); K <= 8192 with
-    N >= 8192 (70B q/o, the gate/up layers) 16 x 16 (8B gate/up 23.2 -> 20.0 us). From 2 tokens the fp16 values'
-    tensor-core tiles (`_config`), on int8 value words; from W16_DENSE_MIN_M the dequantized weight and cuBLAS.
+    N >= 8192 (70B q/o, 8B gate/up) 16 x 16 (8B gate/up 23.2 -> 20.0 us). Session 18's sweeps
+    (bench/results/h100/kernels_s18/, calls 2-4) found the time following the grid's fit to the resident programs
+    (8 of these 4-warp programs an SM): N >= 16384 with K <= 8192 (70B gate/up) in 32 x 8 tiles, 896 programs in one
+    wave (76.1-78.6 -> 69.9 us; 16 x 16 made 1792, 1.7 waves); N <= 4096 (8B q/o, 8B down) on 8 warps (7.68 -> 7.47,
+    18.81 -> 18.55 us). From 2 tokens the fp16 values' tensor-core tiles (`_config`), on int8 value words; from
+    W16_DENSE_MIN_M the dequantized weight and cuBLAS.
     COMPRESS_KERNEL_CONFIGS overrides it under "sparse24-w8a16"."""
     tuned = tuned_config("sparse24-w8a16", m)
     if tuned:
@@ -1372,8 +1376,12 @@ def _config_w8a16(m: int, n: int = 0, k: int = 0) -> dict:
         return _config_builtin(m)
     if n and n <= 2048:
         return dict(W16_CONFIG, BN=4, BW=64)
+    if n >= 16384 and k and k <= 8192:
+        return dict(W16_CONFIG, BN=32, BW=8)
     if n >= 8192 and k and k <= 8192:
         return dict(W16_CONFIG, BN=16, BW=16)
+    if n and n <= 4096:
+        return dict(W16_CONFIG, num_warps=8)
     return dict(W16_CONFIG)
 
 
