@@ -414,7 +414,8 @@ def _config(m: int, n: int = 0, k: int = 0, sms: int = 132) -> dict:
     (`_config_table`; session 5's 3..16 in `_config_pointer_gemm`): the winners of session 5's H100 sweep under
     rotating timing (`python -m compress.bench.kernel_tune --final w8a8`, bench/results/h100/kernels_s5/: median
     speedup over fp16 on the 8 Llama-3 shapes: M = 2 few-token GEMV 1.79x (GEMM 1.60x); M = 8 and 16 GEMM with one
-    wave 1.60x (the two-wave tiles before: 1.41x)). With the layer's shape (session 14): 17..64 `_config_mid`, 65+
+    wave 1.60x (the two-wave tiles before: 1.41x)). With the layer's shape: 3..4 tokens on at most 4096 rows the
+    few-token GEMV (session 18, GEMV_SMALL), 17..64 `_config_mid` and 65+
     `_config_wide`; without it (n = 0) `_config_table`: session 3's sweep at 17..64 (bench/results/h100/kernels/
     tuned.json), session 5's 256-token tiles above.
     COMPRESS_KERNEL_CONFIGS (kernels._common.tuned_config) overrides it per M bucket under the key "w8a8", or for
@@ -426,8 +427,20 @@ def _config(m: int, n: int = 0, k: int = 0, sms: int = 132) -> dict:
     return _config_builtin(m, n, k, sms)
 
 
+# Session 18 (bench/results/h100/kernels_s18/, call 8; `kernels_s13/w8a8_sweep.py`, one process, H100): at 3 and 4
+# tokens the few-token GEMV, which reads each weight word once for all tokens, beats the GEMM on the layers of at
+# most 4096 output rows: 8B q/o 10.83 -> 8.64 us, 8B k/v 6.94 -> 4.26, 70B k/v 8.40 -> 6.18 at M = 4 (8B down even:
+# 25.15 / 25.04); 70B q/o (8192 rows) stays on the GEMM (26.2 vs 28.3). From 8 tokens its per-token work loses
+# everywhere (8B q/o at M = 8 12.15 vs 10.83 us).
+GEMV_SMALL_MAX_M = 4
+GEMV_SMALL_MAX_N = 4096
+GEMV_SMALL = {"kind": "gemv", "num_warps": 4, "pdl": 1, "qwait": True, "qrecip": True}
+
+
 def _config_builtin(m: int, n: int = 0, k: int = 0, sms: int = 132) -> dict:
     """`_config` without COMPRESS_KERNEL_CONFIGS."""
+    if 2 < m <= GEMV_SMALL_MAX_M and n and n <= GEMV_SMALL_MAX_N:
+        return dict(GEMV_SMALL)
     if 2 < m <= 16:
         return _config_s8(m)
     if m > 16 and n and k:
