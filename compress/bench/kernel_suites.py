@@ -13,6 +13,7 @@ Row dicts carry everything the report prints; bytes are counted explicitly (weig
 from __future__ import annotations
 
 import statistics
+import time
 from typing import Any, Callable
 
 import torch
@@ -30,6 +31,7 @@ PROGRESS: Callable[[list[dict]], None] | None = None
 
 
 def _emit(rows: list[dict], row: dict) -> None:
+    row.setdefault("unix_time", round(time.time(), 2))  # when the row was measured: to line it up with a clock log
     rows.append(row)
     if PROGRESS is not None:
         PROGRESS(rows)
