@@ -208,6 +208,7 @@ def _kernel_tune_candidates() -> list[tuple[str, dict]]:
                 out += [("w8a8", c) for c in kt._w8a8_configs(m)]
                 out += [("sparse24-fp16", c) for c in kt._sp_configs("f")(m)]
                 out += [("sparse24-int8", c) for c in kt._sp_configs("i")(m)]
+            out += [("sparse24-w8a16", c) for c in kt._w16_configs(1)]  # session 18
     finally:
         kt.FINAL = saved
     return out
@@ -215,7 +216,7 @@ def _kernel_tune_candidates() -> list[tuple[str, dict]]:
 
 def test_every_kernel_tune_candidate_passes():
     cands = _kernel_tune_candidates()
-    assert len(cands) > 100 and {f for f, _ in cands} == set(_CONFIG_KEYS) - {"sparse24-w8a16"}  # not swept yet
+    assert len(cands) > 100 and {f for f, _ in cands} == set(_CONFIG_KEYS)
     for fam, cfg in cands:
         check_tuned_entry(fam, "16", json.loads(json.dumps(cfg)), "tuned.json")  # as written to and read from the file
 

@@ -34,3 +34,18 @@ def test_the_small_layer_gemv_matches_the_reference(m, n, k):
     x = torch.randn(m, k, device=DEVICE).half()
     assert _config(m, n, k)["kind"] == "gemv"
     assert rel_err(w8a8_linear(x, wq, ws), w8a8_linear_ref(x, wq, ws)) < 3e-3
+
+
+def test_kernel_tune_sweeps_the_w8a16_24_gemv_tilings():
+    # `python -m compress.bench.kernel_tune sparse24` sweeps these at one token; each must run and match the reference
+    from compress.bench.kernel_tune import _w16_configs
+    from kernels import sparse24 as sp
+    from kernels.cases import make_sparse24
+
+    cfgs = _w16_configs(1)
+    assert sp._config_w8a16(1, 28672, 8192) in cfgs and sp._config_w8a16(1, 4096, 4096) in cfgs  # the served ones
+    p = make_sparse24(40, 256, torch.int8, DEVICE, seed=3)
+    x = torch.randn(1, 256, device=DEVICE).half()
+    want = sp.sparse24_w8a16_linear_ref(x, p["values"], p["meta"], p["w_scale"])
+    for cfg in cfgs:
+        assert rel_err(sp.sparse24_w8a16_linear_tiled(x, p["values"], p["meta"], p["w_scale"], cfg), want) < 3e-3, cfg

@@ -1,9 +1,10 @@
-"""Config sweep for the W4A16 / W8A8 / 2:4 kernels (developer tool, run on the GPU): every candidate is
-checked against its plain-torch reference on one real shape, then timed on representative Llama shapes
+"""Config sweep for the W4A16 / W8A8 / 2:4 (fp16, W8A8, W8A16) kernels (developer tool, run on the GPU): each
+candidate is checked against its plain-torch reference on one real shape, then timed on representative Llama shapes
 next to torch fp16 F.linear (and the peers that run here). Its output is the evidence for the `_config`
 tables in kernels/*.py (recorded in bench/results/h100/kernels/NOTES.md).
 
-    python -m compress.bench.kernel_tune [w4a16 w8a8 sparse24 gemlite] > tune.log    (TUNE_JSON=path keeps raw rows)
+    python -m compress.bench.kernel_tune [w4a16 w8a8 sparse24 sparse24-w8a16 gemlite] > tune.log
+        (TUNE_JSON=path keeps raw rows; sparse24 includes sparse24-w8a16, the W8A16 2:4 GEMV alone)
     python -m compress.bench.kernel_tune --final --write tuned.json w4a16 w8a8 sparse24
         (the short candidate lists; writes the best config per kernel and M bucket, which
         COMPRESS_KERNEL_CONFIGS=tuned.json makes the launchers use)
@@ -270,6 +271,25 @@ def _sp_configs(kind: str):
     return configs
 
 
+def _w16_configs(m: int) -> list[dict]:
+    """The one-token W8A16 2:4 GEMV (kernels.sparse24 `_sparse24_gemv_w16_kernel`): the tilings of session 18's probe
+    (bench/results/h100/kernels_s18/), whose time follows how the grid fits the programs an SM holds."""
+    from kernels.sparse24 import W16_CONFIG
+
+    return [dict(W16_CONFIG, BN=bn, BW=bw, num_warps=nw)
+            for bn, bw, nw in [(8, 32, 4), (8, 32, 8), (16, 16, 4), (32, 8, 4), (4, 64, 4), (16, 8, 4), (8, 16, 4)]]
+
+
+def tune_sparse24_w8a16(log):
+    """The one-token W8A16 2:4 GEMV's tilings (`_w16_configs`; also a job of its own, "sparse24-w8a16")."""
+    from kernels.sparse24 import _launch_w8a16, sparse24_w8a16_linear_ref
+
+    _sweep("sparse24-w8a16", [1], _w16_configs, lambda n, k: make_sparse24(n, k, torch.int8, "cuda"),
+           lambda x, p, cfg: _launch_w8a16(x, p["values"], p["meta"], p["w_scale"], cfg),
+           lambda x, p: sparse24_w8a16_linear_ref(x, p["values"], p["meta"], p["w_scale"]), log,
+           shapes=ALL_SHAPES if FINAL else SHAPES)
+
+
 def tune_sparse24(log):
     from kernels.sparse24 import _launch, sparse24_linear_ref, sparse24_w8a8_linear_ref
     from kernels.w8a8 import w8a8_linear
@@ -281,6 +301,7 @@ def tune_sparse24(log):
            lambda x, p, cfg: _launch(x, p["values"], p["meta"], p["w_scale"], cfg),
            lambda x, p: sparse24_w8a8_linear_ref(x, p["values"], p["meta"], p["w_scale"]), log,
            shapes=ALL_SHAPES if FINAL else SHAPES)
+    tune_sparse24_w8a16(log)
     if FINAL:  # the dense int8 side of the 2:4 target: the runtime's one-token int8 GEMV (its offered tilings)
         from compress.runtime.decode_kernels import GEMV_I8_CONFIGS, gemv_i8
         from kernels.w8a8 import w8a8_linear_ref
@@ -364,7 +385,7 @@ def main(argv: list[str]) -> None:
         FINAL = True
     log: list = []
     jobs = {"w4a16": tune_w4a16, "w4a16-check": lambda _log: check_w4a16_variants(), "w8a8": tune_w8a8,
-            "sparse24": tune_sparse24, "gemlite": tune_gemlite}
+            "sparse24": tune_sparse24, "sparse24-w8a16": tune_sparse24_w8a16, "gemlite": tune_gemlite}
     for name in args or ["w4a16-check", "w4a16", "w8a8", "sparse24", "gemlite"]:
         t0 = time.time()
         jobs[name](log)
