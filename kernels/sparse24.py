@@ -1356,17 +1356,21 @@ W16_DENSE_MIN_M = 1024
 
 
 def _config_w8a16(m: int, n: int = 0, k: int = 0) -> dict:
-    """Weight-only int8 on 2:4 (int8 values, x as it is). One token: the PRMT GEMV `_sparse24_gemv_w16_kernel`, tiles by
-    the layer's shape from session 17's H100 sweep (bench/results/h100/kernels_s17/, call 2: 8 tilings on the 8 Llama-3
-    shapes, against the runtime's dense W8A16 layer in the same process): 8 rows x 32 meta words on 4 warps, K unsplit
-    where the tiles fill one wave, weights evict_first; N <= 2048 (k/v) 4 x 64 (8B k/v 5.45 -> 3.88 us); K <= 8192 with
-    N >= 8192 (70B q/o, 8B gate/up) 16 x 16 (8B gate/up 23.2 -> 20.0 us). Session 18's sweeps
-    (bench/results/h100/kernels_s18/, calls 2-4) found the time following the grid's fit to the resident programs
-    (8 of these 4-warp programs an SM): N >= 16384 with K <= 8192 (70B gate/up) in 32 x 8 tiles, 896 programs in one
-    wave (76.1-78.6 -> 69.9 us; 16 x 16 made 1792, 1.7 waves); N <= 4096 (8B q/o, 8B down) on 8 warps (7.68 -> 7.47,
-    18.81 -> 18.55 us). From 2 tokens the fp16 values' tensor-core tiles (`_config`), on int8 value words; from
-    W16_DENSE_MIN_M the dequantized weight and cuBLAS.
-    COMPRESS_KERNEL_CONFIGS overrides it under "sparse24-w8a16"."""
+    """Weight-only int8 on 2:4 (int8 values, x as it is).
+
+    One token: the PRMT GEMV `_sparse24_gemv_w16_kernel`, K unsplit where the tiles fill one wave, weights
+    evict_first, tiles by the layer's shape. Its time follows how the grid fits the programs an SM holds (8 of the
+    4-warp ones; session 18, bench/results/h100/kernels_s18/), from the H100 sweeps of sessions 17 (call 2) and 18
+    (calls 4, 14: 20 tilings on the 8 Llama-3 shapes):
+    - by default 8 rows x 32 meta words on 4 warps;
+    - N <= 2048 (k/v): 4 x 64 on 8 warps (70B k/v 5.88 -> 4.98 us, 8B k/v 3.92 -> 3.71);
+    - N >= 16384 with K <= 8192 (70B gate/up, fused 8B gate/up): 32 x 8, 896 programs in one wave (70B gate/up
+      76.1 -> 69.9 us; 16 x 16 made 1792 programs, 1.7 waves);
+    - N >= 8192 with K <= 8192 (70B q/o, 8B gate/up): 16 x 16 (8B gate/up 23.2 -> 20.0 us);
+    - N <= 4096 otherwise (8B q/o, 8B down): 8 warps (7.68 -> 7.47, 18.81 -> 18.55 us).
+    On the shapes where none of these changed, the served tiles were within 1% of the best of the 20.
+    From 2 tokens the fp16 values' tensor-core tiles (`_config`), on int8 value words; from W16_DENSE_MIN_M the
+    dequantized weight and cuBLAS. COMPRESS_KERNEL_CONFIGS overrides it under "sparse24-w8a16"."""
     tuned = tuned_config("sparse24-w8a16", m)
     if tuned:
         return tuned
@@ -1375,7 +1379,7 @@ def _config_w8a16(m: int, n: int = 0, k: int = 0) -> dict:
     if m > GEMV_MAX_M:  # the built-in tiles: a "sparse24-fp16" entry of COMPRESS_KERNEL_CONFIGS is for fp16 values
         return _config_builtin(m)
     if n and n <= 2048:
-        return dict(W16_CONFIG, BN=4, BW=64)
+        return dict(W16_CONFIG, BN=4, BW=64, num_warps=8)
     if n >= 16384 and k and k <= 8192:
         return dict(W16_CONFIG, BN=32, BW=8)
     if n >= 8192 and k and k <= 8192:

@@ -43,7 +43,8 @@ def test_kernel_tune_sweeps_the_w8a16_24_gemv_tilings():
     from kernels.cases import make_sparse24
 
     cfgs = _w16_configs(1)
-    assert sp._config_w8a16(1, 28672, 8192) in cfgs and sp._config_w8a16(1, 4096, 4096) in cfgs  # the served ones
+    for n, k in ((28672, 8192), (4096, 4096), (1024, 8192), (14336, 4096), (8192, 28672)):
+        assert sp._config_w8a16(1, n, k) in cfgs  # the served ones
     p = make_sparse24(40, 256, torch.int8, DEVICE, seed=3)
     x = torch.randn(1, 256, device=DEVICE).half()
     want = sp.sparse24_w8a16_linear_ref(x, p["values"], p["meta"], p["w_scale"])

@@ -272,12 +272,13 @@ def _sp_configs(kind: str):
 
 
 def _w16_configs(m: int) -> list[dict]:
-    """The one-token W8A16 2:4 GEMV (kernels.sparse24 `_sparse24_gemv_w16_kernel`): the tilings of session 18's probe
+    """The one-token W8A16 2:4 GEMV (kernels.sparse24 `_sparse24_gemv_w16_kernel`): the tilings of session 18's probes
     (bench/results/h100/kernels_s18/), whose time follows how the grid fits the programs an SM holds."""
     from kernels.sparse24 import W16_CONFIG
 
     return [dict(W16_CONFIG, BN=bn, BW=bw, num_warps=nw)
-            for bn, bw, nw in [(8, 32, 4), (8, 32, 8), (16, 16, 4), (32, 8, 4), (4, 64, 4), (16, 8, 4), (8, 16, 4)]]
+            for bn, bw, nw in [(8, 32, 4), (8, 32, 8), (16, 16, 4), (32, 8, 4), (4, 64, 4), (4, 64, 8), (16, 8, 4),
+                               (8, 16, 4)]]
 
 
 def tune_sparse24_w8a16(log):
