@@ -205,7 +205,9 @@ def compile_for_the_h100(script: str, expect: str) -> None:
     import subprocess
     import sys
 
-    env = {**os.environ, "TRITON_INTERPRET": "0"}
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # scripts may import tests.* helpers
+    env = {**os.environ, "TRITON_INTERPRET": "0",
+           "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
     if "ptxas" in r.stderr and "not found" in r.stderr.lower():
         pytest.skip("this Triton install has no ptxas")

@@ -90,29 +90,8 @@ def test_fw_config_rule():
 
 
 _AOT = """
-import inspect
-
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-
 import kernels.sparse24 as sp
-
-ptrs = dict(x_ptr="*i32", sx_ptr="*fp32", v_ptr="*i32", meta_ptr="*i32", sw_ptr="*fp32", out_ptr="*fp16",
-            ws_ptr="*fp32", lock_ptr="*i32")
-
-
-def build(fn, consts, num_warps):  # sm_90, the launcher's divisibility; constexprs left out take their defaults
-    for q in inspect.signature(fn.fn).parameters.values():
-        if "constexpr" in str(q.annotation) and q.default is not inspect.Parameter.empty:
-            consts.setdefault(q.name, q.default)
-    sig = {a: "constexpr" if a in consts else ptrs.get(a, "i32") for a in fn.arg_names}
-    div = [i for i, a in enumerate(fn.arg_names)
-           if a not in consts and a not in ("M", "S", "WORDS_PER_SPLIT", "QUADS_PER_SPLIT", "ONE")]
-    src = ASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(a),): v for a, v in consts.items()},
-                    attrs={(i,): [["tt.divisibility", 16]] for i in div})
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
-
+from tests.sm90_build import build
 
 n = 0
 for (rows, k), even in [(s, e) for s in ((4096, 4096), (4096, 14336), (1024, 4096)) for e in (True, False)]:

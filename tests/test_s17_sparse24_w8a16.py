@@ -175,29 +175,14 @@ def test_runtime_layer_reference_is_the_dequantized_weight():
 # ---- the one-token GEMV's sm_90 build (no GPU needed) ---------------------------------------------------------
 
 _AOT = """
-import inspect
-
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-
 import kernels.sparse24 as sp
+from tests.sm90_build import build
 
-fn = sp._sparse24_gemv_w16_kernel
-ptrs = dict(x_ptr="*i32", v_ptr="*i32", meta_ptr="*i32", sw_ptr="*fp32", out_ptr="*fp16", ws_ptr="*fp32",
-            lock_ptr="*i32")
 n = 0
 for n_rows, bf16, even in [(r, b, e) for r in (4096, 1024, 14336) for b in (False, True) for e in (True, False)]:
     cfg = sp._config_w8a16(1, n_rows, 4096)
     consts = dict(IS_BF16=bf16, USE_ASM=True, BN=cfg["BN"], BW=cfg["BW"], EVEN=even, EVICT=cfg["evict"])
-    for q in inspect.signature(fn.fn).parameters.values():  # constexprs left out take their defaults
-        if "constexpr" in str(q.annotation) and q.default is not inspect.Parameter.empty:
-            consts.setdefault(q.name, q.default)
-    sig = {a: "constexpr" if a in consts else ptrs.get(a, "i32") for a in fn.arg_names}
-    div = [i for i, a in enumerate(fn.arg_names) if a not in consts and a not in ("M", "S", "WORDS_PER_SPLIT", "ONE")]
-    src = ASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(a),): v for a, v in consts.items()},
-                    attrs={(i,): [["tt.divisibility", 16]] for i in div})
-    k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": cfg["num_warps"]})
+    k = build(sp._sparse24_gemv_w16_kernel, consts, cfg["num_warps"])
     ptx = k.asm["ptx"]
     # the asm is in (4 value words a meta word), the weights stream evict_first, and no tile goes through shared memory
     assert ptx.count("cvt.rn.f32.s32") >= 16 and "evict_first" in ptx, (n_rows, bf16, even)
