@@ -98,8 +98,9 @@ def runtime_paths(build: Callable[[Any], torch.nn.Module], weights: Any, x: torc
             "runtime_us": runtime_us}
 
 
-# Dense W8A8 results by (N, K, M, method): the 2:4 int8 rows compare with exactly the W8A8 table's figure.
-_W8A8_DENSE: dict[tuple, dict] = {}
+# The runtime's dense int8 layers' results by (scheme, N, K, M, method): the 2:4 int8 rows compare with exactly the
+# W8A8 table's figure (scheme "w8a8") or the dense weight-only int8 layer's ("w8a16").
+_INT8_DENSE: dict[tuple, dict] = {}
 
 
 def _w8a8_layer(n: int, k: int):
@@ -108,10 +109,6 @@ def _w8a8_layer(n: int, k: int):
 
     spec = LayerSpec(name=f"bench.w8a8.{n}x{k}", format="compressed-tensors.w8a8", in_features=k, out_features=n)
     return lambda w: CTW8A8Linear(spec, torch.float16, w[0], w[1])
-
-
-# Dense W8A16 results by (N, K, M, method): the 2:4 W8A16 rows' "dense of the same precision".
-_W8A16_DENSE: dict[tuple, dict] = {}
 
 
 def _w8a16_layer(n: int, k: int):
@@ -124,16 +121,25 @@ def _w8a16_layer(n: int, k: int):
     return lambda w: CTW8A16Linear(spec, torch.float16, w[0], w[1].reshape(n, 1).half(), None)
 
 
-def w8a16_dense(n: int, k: int, m: int, method: str) -> dict:
-    """The runtime's dense W8A16 layer at (N, K, M): paths timed and checked (cached per process)."""
-    key = (n, k, m, method)
-    if key not in _W8A16_DENSE:
+def _int8_dense(scheme: str, build, ref, label, n: int, k: int, m: int, method: str) -> dict:
+    """The runtime's dense int8 layer `build(n, k)` at (N, K, M) on the same int8 weights and activations for every
+    scheme: its paths timed and checked against ref(x, wq, ws) (None: unchecked), cached per process."""
+    key = (scheme, n, k, m, method)
+    if key not in _INT8_DENSE:
         wq, ws = make_w8a8(n, k, "cuda", seed=n + k)
         x = torch.randn(m, k, device="cuda", generator=torch.Generator("cuda").manual_seed(m)).half()
-        want = (x.float() @ (wq.float() * ws.reshape(n, 1).half().float()).t()).half()
-        _W8A16_DENSE[key] = runtime_paths(_w8a16_layer(n, k), (wq, ws), x, want, method)
+        want = None if ref is None else ref(x, wq, ws)
+        _INT8_DENSE[key] = runtime_paths(build(n, k), (wq, ws), x, want, method, label)
         del wq, ws
-    return _W8A16_DENSE[key]
+    return _INT8_DENSE[key]
+
+
+def w8a16_dense(n: int, k: int, m: int, method: str) -> dict:
+    """The runtime's dense W8A16 layer at (N, K, M): paths timed and checked (cached per process)."""
+    def ref(x, wq, ws):
+        return (x.float() @ (wq.float() * ws.reshape(n, 1).half().float()).t()).half()
+
+    return _int8_dense("w8a16", _w8a16_layer, ref, str, n, k, m, method)
 
 
 def _kernel_label(cfg: dict) -> Callable[[str], str]:
@@ -143,20 +149,11 @@ def _kernel_label(cfg: dict) -> Callable[[str], str]:
 
 def w8a8_dense(n: int, k: int, m: int, method: str, check: bool = True) -> dict:
     """The runtime's W8A8 layer at (N, K, M): paths timed and checked (cached per process)."""
-    key = (n, k, m, method)
-    if key not in _W8A8_DENSE:
-        from kernels.w8a8 import w8a8_linear_ref
+    from kernels._common import num_sms
+    from kernels.w8a8 import _config, w8a8_linear_ref
 
-        wq, ws = make_w8a8(n, k, "cuda", seed=n + k)
-        x = torch.randn(m, k, device="cuda", generator=torch.Generator("cuda").manual_seed(m)).half()
-        want = w8a8_linear_ref(x, wq, ws) if check else None
-        from kernels._common import num_sms
-        from kernels.w8a8 import _config
-
-        label = _kernel_label(_config(m, n, k, num_sms(x.device)))
-        _W8A8_DENSE[key] = runtime_paths(_w8a8_layer(n, k), (wq, ws), x, want, method, label)
-        del wq, ws
-    return _W8A8_DENSE[key]
+    label = _kernel_label(_config(m, n, k, num_sms(torch.device("cuda"))))
+    return _int8_dense("w8a8", _w8a8_layer, w8a8_linear_ref if check else None, label, n, k, m, method)
 
 
 # ----------------------------------------------------------------------------------------------- VPTQ
