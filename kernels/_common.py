@@ -358,7 +358,7 @@ def tuned_config(kernel: str, m: int) -> dict | None:
     cfg = by_bucket.get(bucket)
     if cfg is None or cfg == {}:  # no entry (an empty one overrides nothing): the launcher's own table
         return None
-    checked = _TUNED.setdefault("checked", set())
+    checked = _TUNED["checked"]  # set with the table above
     if (kernel, bucket) not in checked:  # once per entry: this runs on every launch while the variable is set
         check_tuned_entry(kernel, bucket, cfg, path)
         checked.add((kernel, bucket))

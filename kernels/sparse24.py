@@ -1273,12 +1273,20 @@ def _launch_fw(x2, values, meta, out, cfg: dict) -> torch.Tensor:
     return out
 
 
+def _check_channel_scales(what: str, w_scale: torch.Tensor | None, n: int) -> None:
+    """int8 values (W8A8 or W8A16) need one scale per output channel; else a one-line error."""
+    if w_scale is None or w_scale.numel() != n:
+        got = "none" if w_scale is None else f"{w_scale.numel()} values"
+        raise CompressError(f"{what}: int8 values need w_scale with one scale per output channel (N={n}), got {got}; "
+                            "pass the layer's (N,) weight_scale")
+
+
 def _launch(x, values, meta, w_scale, config: dict | None = None) -> torch.Tensor:
     int8 = values.dtype == torch.int8
     what = "sparse24_w8a8_linear" if int8 else "sparse24_linear"
     n, k = _check(what, x, values, meta, w_scale)
-    if int8 and (w_scale is None or w_scale.numel() != n):
-        raise CompressError(f"{what}: int8 values need w_scale with one scale per output channel (N={n})")
+    if int8:
+        _check_channel_scales(what, w_scale, n)
     if not int8 and values.dtype != x.dtype:
         raise CompressError(f"{what}: values are {values.dtype} but x is {x.dtype}; cast one to match")
     lead = x.shape[:-1]
@@ -1414,8 +1422,7 @@ def _launch_w8a16(x, values, meta, w_scale, config: dict | None = None) -> torch
     if values.dtype != torch.int8:
         raise CompressError(f"{what}: values must be int8 (weight-only int8 on 2:4), got {values.dtype}; "
                             "fp16/bf16 values go to sparse24_linear")
-    if w_scale is None or w_scale.numel() != n:
-        raise CompressError(f"{what}: int8 values need w_scale with one scale per output channel (N={n})")
+    _check_channel_scales(what, w_scale, n)
     lead = x.shape[:-1]
     x2 = check_activation(what, x, k)
     m = x2.shape[0]
