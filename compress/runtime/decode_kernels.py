@@ -456,7 +456,7 @@ def gemv_w8(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, group_size: i
 @triton.jit
 def _gemm_w8(x_ptr, q_ptr, s_ptr, y_ptr, M, N, stride_xm, K: tl.constexpr, G: tl.constexpr, GS: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BK: tl.constexpr, K_PER: tl.constexpr, SPLIT: tl.constexpr):
-    """y (M, N) = x (M, K) @ (q (N, K) int8 * s (N, G))^T for M <= BLOCK_M = 16.
+    """y (M, N) = x (M, K) @ (q (N, K) int8 * s (N, G))^T for M <= BLOCK_M (16, 32 or 64).
 
     Weights are the left operand of tl.dot ("swap AB"), so M pads only to 16. Every BK-column tile lies
     in one group (BK divides GS): its int8 values are exact in fp16/bf16, the tile's products are summed
@@ -496,7 +496,11 @@ def _gemm_w8(x_ptr, q_ptr, s_ptr, y_ptr, M, N, stride_xm, K: tl.constexpr, G: tl
 # (partials in fp32, summed in a fixed order); they were added after that run and are not yet measured.
 GEMM_W8_CONFIGS = ((16, 4, 4, 1), (32, 4, 4, 1), (64, 4, 3, 1), (32, 8, 6, 1), (32, 4, 4, 4), (64, 4, 3, 8))
 GEMM_W8_BK = 128
-GEMM_W8_MAX_M = 16
+# Up to 64 rows (session 19; 16 before): above 16 the only path was dequantize + cuBLAS, which rewrites the whole
+# weight in fp16 on every call. Synthetic Llama-3-8B W8A16 decode at batch 32 / 64 took 26.2 / 26.8 ms a token
+# that way, against 6.9 / 7.5 ms for fp16 (H100, bench/results/h100/e2e/session19/). The row tile grows with M
+# (BLOCK_M = 16, 32, 64), so every weight tile is still read once for all rows.
+GEMM_W8_MAX_M = 64
 
 
 def gemm_w8_fits(k: int, group_size: int, config: tuple[int, int, int, int]) -> bool:
@@ -506,8 +510,8 @@ def gemm_w8_fits(k: int, group_size: int, config: tuple[int, int, int, int]) -> 
 
 def gemm_w8(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, group_size: int,
             config: tuple[int, int, int, int] = GEMM_W8_CONFIGS[0]) -> torch.Tensor:
-    """x (M, K) fp16/bf16, M <= 16, @ (q (N, K) int8 * scale (N, K/group_size))^T -> (M, N) in x's dtype
-    (group_size: a power of two >= 16 dividing K, as `gemv_w8_supported`; splits: `gemm_w8_fits`)."""
+    """x (M, K) fp16/bf16, M <= GEMM_W8_MAX_M, @ (q (N, K) int8 * scale (N, K/group_size))^T -> (M, N) in x's
+    dtype (group_size: a power of two >= 16 dividing K, as `gemv_w8_supported`; splits: `gemm_w8_fits`)."""
     n, k = q.shape
     m = x.shape[0]
     g = k // group_size
@@ -518,7 +522,7 @@ def gemm_w8(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, group_size: i
     bk = min(GEMM_W8_BK, group_size)
     out = torch.empty(split, m, n, dtype=torch.float32 if split > 1 else x.dtype, device=x.device)
     _gemm_w8[(triton.cdiv(n, block_n), split)](x, q, scale, out, m, n, x.stride(0), K=k, G=g, GS=group_size,
-                                                BLOCK_M=16, BLOCK_N=block_n, BK=bk, K_PER=k // split, SPLIT=split > 1,
+                                                BLOCK_M=max(16, triton.next_power_of_2(m)), BLOCK_N=block_n, BK=bk, K_PER=k // split, SPLIT=split > 1,
                                                 num_warps=warps, num_stages=stages)
     return out[0] if split == 1 else out.sum(0).to(x.dtype)  # (M, N); torch's sum over splits has a fixed order
 

@@ -169,7 +169,7 @@ class CTW8A16Linear(_CTWeightOnly):
     """int8 weights (per-channel or grouped), fp16/bf16 activations.
 
     kernels/ has no W8A16 kernel; on the GPU the runtime computes it itself (compress.runtime.decode_kernels,
-    symmetric weights): at M = 1 with the int8 GEMV (`gemv_w8`), at M = 2..16 with the few-row kernel
+    symmetric weights): at M = 1 with the int8 GEMV (`gemv_w8`), at M = 2..64 with the few-row kernel
     (`gemm_w8`, each weight tile read once for all rows), and at any M (prefill) by dequantizing into an
     fp16 temporary (`dequant_w8`) and calling cuBLAS -- whichever the path table measures fastest."""
 
@@ -219,7 +219,7 @@ class CTW8A16Linear(_CTWeightOnly):
         return gemv_w8(x2d, self.qweight, scale, group)
 
     def kernel_paths(self, x2d):
-        """M = 1: the int8 GEMV (several tilings); M = 2..16: the few-row kernel that reads each weight
+        """M = 1: the int8 GEMV (several tilings); M = 2..64: the few-row kernel that reads each weight
         tile once for all rows (several tilings); every M: dequantize + cuBLAS."""
         from compress.runtime.decode_kernels import (GEMM_W8_CONFIGS, GEMM_W8_MAX_M, GEMV_W8_CONFIGS, gemm_w8, gemm_w8_fits,
                                                      gemv_w8)
