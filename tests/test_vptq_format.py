@@ -88,3 +88,27 @@ def test_dequantize_checks_shapes():
     bad = VQWeight(shape=(16, 7), vector_len=4, codebook=vq.codebook, indices=vq.indices, index_bits=vq.index_bits)
     with pytest.raises(CompressError, match="indices shape"):
         dequantize(bad)
+
+
+def test_serving_a_vptq_layer_needs_no_fitting_dependencies():
+    """The GPU machine that serves checkpoints may lack pydantic (session 20: the e2e VPTQ run failed on it): the
+    runtime's import of the format must not pull in the fitting config; the package's names still resolve on use."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['pydantic'] = None\n"  # any import of pydantic now raises
+        "import compress.runtime, compress.runtime.formats_compress\n"
+        "from compress.vptq.format import dequantize\n"
+        "from compress.bench.e2e_synthetic import random_vptq\n"
+        "import torch; print(random_vptq(torch.randn(16, 16))[0])\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "compress.vptq", r.stderr[-1500:]
+
+    import compress.vptq as vptq
+
+    for name in vptq.__all__:
+        assert getattr(vptq, name) is not None
+    with pytest.raises(AttributeError, match="no_such_name"):
+        vptq.no_such_name
