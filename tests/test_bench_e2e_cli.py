@@ -97,3 +97,16 @@ def test_merge_of_two_runs(tmp_path):
     # The model measured twice keeps its later run only (workload "one" was not re-measured: dropped).
     assert [(r["model"], r["workload"]) for r in doc["results"]] == [("stories260K", "two")]
     assert "e2e.md" in out["files"] and " + " in doc["meta"]["command"]
+
+
+def test_merge_command_line_says_how_to_use_it(tmp_path):
+    """`python -m compress.bench.e2e_report` with missing or unreadable inputs: one usage line, no traceback, rc != 0,
+    and nothing written (session 20: `--help` was taken as the output folder)."""
+    import subprocess
+    import sys
+
+    for args in ([], ["--help"], [str(tmp_path / "out"), str(tmp_path / "missing.json")]):
+        r = subprocess.run([sys.executable, "-m", "compress.bench.e2e_report", *args], capture_output=True, text=True,
+                           cwd=tmp_path, timeout=120)
+        assert r.returncode != 0 and r.stderr.startswith("usage:") and "Traceback" not in r.stderr, r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -273,4 +273,11 @@ def merge(paths: list[Path], folder: Path) -> dict:
 if __name__ == "__main__":  # python -m compress.bench.e2e_report OUT_DIR A/e2e.json B/e2e.json ...
     import sys
 
-    print(merge([Path(p) for p in sys.argv[2:]], Path(sys.argv[1])))
+    args = sys.argv[1:]
+    if len(args) < 2 or any(a.startswith("-") for a in args) or not all(Path(a).is_file() for a in args[1:]):
+        sys.exit("usage: python -m compress.bench.e2e_report OUT_DIR A/e2e.json [B/e2e.json ...]: writes one "
+                 "e2e.md / e2e.json / plots in OUT_DIR from the e2e.json files of `compress bench e2e` runs on one device")
+    try:
+        print(merge([Path(a) for a in args[1:]], Path(args[0])))
+    except ValueError as exc:
+        sys.exit(f"error: {exc}")
