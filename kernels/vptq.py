@@ -16,8 +16,11 @@ Outlier columns (optional): their rows of the main indices are ignored; the laun
 activations for the main pass and adds a second pass over the outlier codebook with the gathered
 activations (the sum is exact in the math above).
 
-Public: `vptq_linear`, `vptq_dequantize` (custom ops compress::vptq_linear / compress::vptq_dequantize),
-`vptq_linear_ref` (plain torch, written from the contract).
+A few-token kernel (`vptq_gemm`, up to GEMM_MAX_M tokens, no outlier columns) decodes each weight tile once
+and multiplies it with all tokens' rows on the tensor cores; the runtime times it against `vptq_linear`.
+
+Public: `vptq_linear`, `vptq_gemm`, `vptq_dequantize` (custom ops compress::vptq_linear / compress::vptq_gemm /
+compress::vptq_dequantize), `vptq_linear_ref` (plain torch, written from the contract).
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ import triton.language as tl
 
 from compress.errors import CompressError
 from kernels import vptq_cluster, vptq_cuda, vptq_select
-from kernels._common import check_activation, check_device, plan_split_k, splitk_buffers, splitk_epilogue
+from kernels._common import (check_activation, check_device, interpreter_dot_f32, plan_split_k, splitk_buffers,
+                             splitk_epilogue)
 
 # Decode GEMV up to this many tokens; above, dequantize once and use the dense GEMM.
 GEMV_MAX_M = 4
@@ -133,6 +137,60 @@ def _vptq_gemv_kernel(
 
 
 @triton.jit
+def _vptq_gemm_kernel(
+    x_ptr, idx_ptr, cb_ptr, ridx_ptr, rcb_ptr, s_ptr, t_ptr, out_ptr, ws_ptr, lock_ptr,
+    M, K, NG, IW, RW, J_PER_SPLIT, S, stride_xm, stride_om,
+    B: tl.constexpr, RB: tl.constexpr, V: tl.constexpr,
+    HAS_RES: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr,
+    BM: tl.constexpr, BG: tl.constexpr, BJ: tl.constexpr, DOT_F32: tl.constexpr,
+):
+    """Few-token VPTQ: y (M, N) for up to BM rows a program, each weight tile decoded once for all of them.
+
+    The GEMV decodes a (BJ x BG*V) tile of W^T per token; dequantize + GEMM writes and re-reads the whole fp16
+    weight every call (VPTQ at 8-64 tokens ran 24-25 ms a Llama-3-8B decode step that way, session 20). Here a
+    program decodes the tile into registers once (main + residual codebook rows, fp32, rounded to x's dtype as the
+    dequantized weight would be) and feeds it to one tensor-core dot with BM rows of x. Scale and bias act after
+    the sum, as in the GEMV: y = s * (x @ (C + R)^T) + t * sum_j x."""
+    pid_g = tl.program_id(0)
+    pid_s = tl.program_id(1)
+    pid_m = tl.program_id(2)
+    BN: tl.constexpr = BG * V
+    offs_g = pid_g * BG + tl.arange(0, BG)
+    g_mask = offs_g < NG
+    offs_i = tl.arange(0, V)
+    offs_m = pid_m * BM + tl.arange(0, BM)
+    m_mask = offs_m < M
+
+    acc = tl.zeros([BM, BN], dtype=tl.float32)
+    xsum = tl.zeros([BM], dtype=tl.float32)
+    j_start = pid_s * J_PER_SPLIT
+    for jj in range(0, J_PER_SPLIT, BJ):
+        offs_j = j_start + jj + tl.arange(0, BJ)
+        j_mask = offs_j < K
+        xt = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_j[None, :], mask=m_mask[:, None] & j_mask[None, :],
+                     other=0.0)  # (BM, BJ)
+        vec = _decode_tile(idx_ptr, cb_ptr, ridx_ptr, rcb_ptr, offs_j, offs_g, offs_i, j_mask[:, None] & g_mask[None, :],
+                           IW, RW, B, RB, V, HAS_RES)  # (BJ, BG, V)
+        w = tl.reshape(vec, (BJ, BN)).to(x_ptr.dtype.element_ty)  # column n = g * V + i, as the output's
+        if DOT_F32:  # Triton's CPU interpreter multiplies bf16 bit patterns as integers
+            acc = tl.dot(xt.to(tl.float32), w.to(tl.float32), acc)
+        else:
+            acc = tl.dot(xt, w, acc)
+        if HAS_BIAS:
+            xsum += tl.sum(xt.to(tl.float32), axis=1)
+
+    offs_n = pid_g * BN + tl.arange(0, BN)
+    n_mask = offs_n < NG * V
+    if HAS_SCALE:
+        acc = acc * tl.load(s_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+    if HAS_BIAS:
+        acc += tl.load(t_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :] * xsum[:, None]
+    local = tl.arange(0, BM)[:, None] * BN + tl.arange(0, BN)[None, :]
+    splitk_epilogue(acc, out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], m_mask[:, None] & n_mask[None, :],
+                    ws_ptr, lock_ptr, local, pid_m * tl.num_programs(0) + pid_g, pid_s, S, BM * BN)
+
+
+@triton.jit
 def _vptq_dequant_kernel(
     idx_ptr, cb_ptr, ridx_ptr, rcb_ptr, s_ptr, t_ptr,
     w_ptr,  # (N, K) output, row stride stride_wn
@@ -210,6 +268,51 @@ def _gemv(x2, n, indices, codebook, index_bits, res_indices, res_codebook, res_i
         HAS_BIAS=bias is not None, BG=bg, BJ=bj, num_warps=cfg["num_warps"],
     )
     return out
+
+
+# The few-token kernel's rows: up to 64 tokens (one 64-row tile); above, dequantize + GEMM.
+GEMM_MAX_M = 64
+GEMM_CONFIG = {"BG": 16, "BJ": 32, "num_warps": 4}  # 128 output columns x 32 input columns a step; not yet tuned
+
+
+def _gemm(x2, n, indices, codebook, index_bits, res_indices, res_codebook, res_index_bits, scale, bias, out,
+          config: dict | None = None):
+    m, k = x2.shape
+    v = codebook.shape[1]
+    ng = n // v
+    cfg = dict(GEMM_CONFIG, **(config or {}))
+    bg, bj = cfg["BG"], cfg["BJ"]
+    bm = max(16, triton.next_power_of_2(m)) if m <= GEMM_MAX_M else GEMM_MAX_M
+    tiles = triton.cdiv(ng, bg) * triton.cdiv(m, bm)
+    steps = triton.cdiv(k, bj)
+    split = cfg.get("split") or plan_split_k(tiles, steps, x2.device)
+    per = triton.cdiv(steps, split)
+    split = triton.cdiv(steps, per)
+    ws, locks = splitk_buffers(x2.device, tiles, split, bm * bg * v)
+    has_res = res_codebook is not None
+    dummy = codebook
+    _vptq_gemm_kernel[(triton.cdiv(ng, bg), split, triton.cdiv(m, bm))](
+        x2, indices, codebook, res_indices if has_res else indices, res_codebook if has_res else dummy,
+        scale if scale is not None else dummy, bias if bias is not None else dummy, out, ws, locks,
+        m, k, ng, indices.shape[1], res_indices.shape[1] if has_res else 1, per * bj, split, x2.stride(0), n,
+        B=index_bits, RB=res_index_bits if has_res else 1, V=v, HAS_RES=has_res, HAS_SCALE=scale is not None,
+        HAS_BIAS=bias is not None, BM=bm, BG=bg, BJ=bj, DOT_F32=interpreter_dot_f32(x2.dtype), num_warps=cfg["num_warps"],
+    )
+    return out
+
+
+def gemm_supported(x2: torch.Tensor, codebook: torch.Tensor, outlier_cols: torch.Tensor | None = None) -> str | None:
+    """None when `vptq_gemm` can run this call; otherwise why not (the runtime then offers only `vptq_linear`)."""
+    m = x2.shape[0]
+    if not 1 <= m <= GEMM_MAX_M:
+        return f"{m} tokens: the few-token kernel takes 1..{GEMM_MAX_M}"
+    if outlier_cols is not None and outlier_cols.numel():
+        return "outlier columns: only vptq_linear handles them"
+    if codebook.shape[1] * GEMM_CONFIG["BG"] < 16:
+        return f"vector_len={codebook.shape[1]}: a tile must be at least 16 columns wide"
+    if x2.dtype not in (torch.float16, torch.bfloat16):
+        return f"{x2.dtype} activations: the tensor-core dot takes fp16 or bf16"
+    return None
 
 
 def _dequant(n, k, indices, codebook, index_bits, res_indices, res_codebook, res_index_bits, scale, bias, out):
@@ -329,6 +432,33 @@ def _(x, out_features, indices, codebook, index_bits, res_indices, res_codebook,
     return x.new_empty(*x.shape[:-1], out_features)
 
 
+def _gemm_impl(x, n, indices, codebook, index_bits, res_indices, res_codebook, res_index_bits, scale, bias):
+    what = "vptq_gemm"
+    check_device(what, x, indices, codebook, res_indices, res_codebook, scale, bias)
+    k = indices.shape[0]
+    _check(what, n, k, indices, codebook, index_bits, res_indices, res_codebook, res_index_bits, scale, bias)
+    lead = x.shape[:-1]
+    x2 = check_activation(what, x, k)
+    why = gemm_supported(x2, codebook)
+    if why:
+        raise CompressError(f"{what}: {why}")
+    out = torch.empty(x2.shape[0], n, device=x.device, dtype=x.dtype)
+    _gemm(x2, n, indices, codebook, index_bits, res_indices, res_codebook, res_index_bits, scale, bias, out)
+    return out.reshape(*lead, n)
+
+
+@torch.library.custom_op("compress::vptq_gemm", mutates_args=())
+def _vptq_gemm_op(x: torch.Tensor, out_features: int, indices: torch.Tensor, codebook: torch.Tensor, index_bits: int,
+                  res_indices: torch.Tensor | None, res_codebook: torch.Tensor | None, res_index_bits: int | None,
+                  scale: torch.Tensor | None, bias: torch.Tensor | None) -> torch.Tensor:
+    return _gemm_impl(x, out_features, indices, codebook, index_bits, res_indices, res_codebook, res_index_bits, scale, bias)
+
+
+@_vptq_gemm_op.register_fake
+def _(x, out_features, indices, codebook, index_bits, res_indices, res_codebook, res_index_bits, scale, bias):
+    return x.new_empty(*x.shape[:-1], out_features)
+
+
 @torch.library.custom_op("compress::vptq_dequantize", mutates_args=())
 def _vptq_dequantize_op(out_features: int, indices: torch.Tensor, codebook: torch.Tensor, index_bits: int,
                         res_indices: torch.Tensor | None, res_codebook: torch.Tensor | None, res_index_bits: int | None,
@@ -357,6 +487,17 @@ def vptq_linear(x: torch.Tensor, out_features: int, indices: torch.Tensor, codeb
     return torch.ops.compress.vptq_linear(x, out_features, indices, codebook, index_bits, res_indices, res_codebook,
                                           res_index_bits, scale, bias, outlier_cols, outlier_indices, outlier_codebook,
                                           outlier_index_bits)
+
+
+def vptq_gemm(x: torch.Tensor, out_features: int, indices: torch.Tensor, codebook: torch.Tensor, index_bits: int,
+              res_indices: torch.Tensor | None = None, res_codebook: torch.Tensor | None = None,
+              res_index_bits: int | None = None, scale: torch.Tensor | None = None,
+              bias: torch.Tensor | None = None) -> torch.Tensor:
+    """The same y as `vptq_linear` for 1..GEMM_MAX_M tokens without outlier columns (`gemm_supported` says), in
+    one launch that decodes each weight tile once for all tokens (tensor-core dot) instead of dequantizing the
+    whole weight. The runtime offers it beside `vptq_linear` and runs whichever it measures faster."""
+    return torch.ops.compress.vptq_gemm(x, out_features, indices, codebook, index_bits, res_indices, res_codebook,
+                                        res_index_bits, scale, bias)
 
 
 def vptq_dequantize(out_features: int, indices: torch.Tensor, codebook: torch.Tensor, index_bits: int,

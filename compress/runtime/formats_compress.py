@@ -324,6 +324,23 @@ class VPTQLinear(QuantLinear):
         dt = acc_dtype(x2d)
         return (x2d.to(dt) @ self.dequantize().to(dt).t()).to(x2d.dtype)
 
+    def kernel_paths(self, x2d):
+        """`vptq_linear` (the GEMV up to 4 tokens, dequantize + cuBLAS above), and from 2 to 64 tokens the few-token
+        kernel that decodes each weight tile once for all tokens (`vptq_gemm`; no outlier columns). Without it VPTQ
+        decode at 8-64 tokens took 24-25 ms a Llama-3-8B step, dequantizing every layer every step (session 20)."""
+        paths = [("kernel", partial(self.kernel, x2d))]
+        if x2d.shape[0] >= 2:
+            vptq = kb.kernel_module("vptq")
+            if vptq.gemm_supported(x2d, self.vq_codebook, self.vq_outlier_cols) is None:
+                paths.append(("fused_gemm", partial(self.fused_gemm, x2d)))
+        return paths
+
+    def fused_gemm(self, x2d):
+        m = self.vq_meta
+        return kb.kernel_module("vptq").vptq_gemm(
+            x2d, self.out_features, self.vq_indices, self.vq_codebook, m["index_bits"], self.vq_res_indices,
+            self.vq_res_codebook, m["res_index_bits"], self.vq_scale, self.vq_bias)
+
     def kernel(self, x2d):
         m = self.vq_meta
         return kb.kernel_module("vptq").vptq_linear(
