@@ -17,7 +17,9 @@ activations for the main pass and adds a second pass over the outlier codebook w
 activations (the sum is exact in the math above).
 
 A few-token kernel (`vptq_gemm`, up to GEMM_MAX_M tokens, no outlier columns) decodes each weight tile once
-and multiplies it with all tokens' rows on the tensor cores; the runtime times it against `vptq_linear`.
+and multiplies it with all tokens' rows on the tensor cores; the runtime times it against `vptq_linear`. On a GPU
+the CUDA C++ version (kernels/vptq_gemm_cuda.py: codebooks in shared memory) serves the calls it covers, the
+Triton kernel here the rest (and the CPU interpreter).
 
 Public: `vptq_linear`, `vptq_gemm`, `vptq_dequantize` (custom ops compress::vptq_linear / compress::vptq_gemm /
 compress::vptq_dequantize), `vptq_linear_ref` (plain torch, written from the contract).
@@ -31,7 +33,7 @@ import triton
 import triton.language as tl
 
 from compress.errors import CompressError
-from kernels import vptq_cluster, vptq_cuda, vptq_select
+from kernels import vptq_cluster, vptq_cuda, vptq_gemm_cuda, vptq_select
 from kernels._common import (check_activation, check_device, interpreter_dot_f32, plan_split_k, splitk_buffers,
                              splitk_epilogue)
 
@@ -443,7 +445,12 @@ def _gemm_impl(x, n, indices, codebook, index_bits, res_indices, res_codebook, r
     if why:
         raise CompressError(f"{what}: {why}")
     out = torch.empty(x2.shape[0], n, device=x.device, dtype=x.dtype)
-    _gemm(x2, n, indices, codebook, index_bits, res_indices, res_codebook, res_index_bits, scale, bias, out)
+    contiguous = indices.is_contiguous() and (res_indices is None or res_indices.is_contiguous())
+    if contiguous and vptq_gemm_cuda.supports(x2, n, codebook, index_bits, res_codebook, res_index_bits, scale, bias):
+        vptq_gemm_cuda.gemm(x2, n, indices, codebook, index_bits, res_indices, res_codebook, res_index_bits, scale, bias,
+                            out)
+    else:
+        _gemm(x2, n, indices, codebook, index_bits, res_indices, res_codebook, res_index_bits, scale, bias, out)
     return out.reshape(*lead, n)
 
 

@@ -110,7 +110,7 @@ def test_few_token_kernel_compiles_for_the_h100():
 
 
 def test_runtime_offers_the_few_token_kernel_and_every_path_agrees():
-    """The runtime's VPTQ layer: `vptq_linear` first at every M; the few-token kernel beside it from 2 to 64 tokens
+    """The runtime's VPTQ layer: `vptq_linear` first at every M; the few-token kernel beside it from 1 to 64 tokens
     (the path table keeps the faster on the GPU); not with outlier columns; every path computes the reference."""
     from compress.runtime import kernel_bridge as kb
     from compress.runtime.formats_compress import VPTQLinear
@@ -127,7 +127,7 @@ def test_runtime_offers_the_few_token_kernel_and_every_path_agrees():
         assert VPTQLinear.kernel_unavailable(torch.device(DEVICE), spec) is None
         mod.use_kernel()
         g = torch.Generator().manual_seed(6)
-        for m, names in ((1, ["kernel"]), (2, ["kernel", "fused_gemm"]), (17, ["kernel", "fused_gemm"]),
+        for m, names in ((1, ["kernel", "fused_gemm"]), (2, ["kernel", "fused_gemm"]), (17, ["kernel", "fused_gemm"]),
                          (64, ["kernel", "fused_gemm"]), (65, ["kernel"])):
             x = torch.randn(m, k, generator=g).half().to(DEVICE)
             paths = mod.kernel_paths(x)

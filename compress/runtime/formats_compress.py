@@ -325,14 +325,14 @@ class VPTQLinear(QuantLinear):
         return (x2d.to(dt) @ self.dequantize().to(dt).t()).to(x2d.dtype)
 
     def kernel_paths(self, x2d):
-        """`vptq_linear` (the GEMV up to 4 tokens, dequantize + cuBLAS above), and from 2 to 64 tokens the few-token
+        """`vptq_linear` (the GEMV up to 4 tokens, dequantize + cuBLAS above), and up to 64 tokens the few-token
         kernel that decodes each weight tile once for all tokens (`vptq_gemm`; no outlier columns). Without it VPTQ
-        decode at 8-64 tokens took 24-25 ms a Llama-3-8B step, dequantizing every layer every step (session 20)."""
+        decode at 8-64 tokens took 24-25 ms a Llama-3-8B step, dequantizing every layer every step (session 20). It is
+        offered at one token too: its CUDA version is timed against the batch-1 GEMV there."""
         paths = [("kernel", partial(self.kernel, x2d))]
-        if x2d.shape[0] >= 2:
-            vptq = kb.kernel_module("vptq")
-            if vptq.gemm_supported(x2d, self.vq_codebook, self.vq_outlier_cols) is None:
-                paths.append(("fused_gemm", partial(self.fused_gemm, x2d)))
+        vptq = kb.kernel_module("vptq")
+        if vptq.gemm_supported(x2d, self.vq_codebook, self.vq_outlier_cols) is None:
+            paths.append(("fused_gemm", partial(self.fused_gemm, x2d)))
         return paths
 
     def fused_gemm(self, x2d):
