@@ -494,7 +494,12 @@ def _gemm_w8(x_ptr, q_ptr, s_ptr, y_ptr, M, N, stride_xm, K: tl.constexpr, G: tl
 # 32/4 warps/4 stages or 64/4/3 won every shape, but 4096 x 14336 ran at 0.9 TB/s (128 programs for
 # 132 SMs, each streaming 14336 columns). The split-K configs give such shapes 4-8x the programs
 # (partials in fp32, summed in a fixed order); they were added after that run and are not yet measured.
-GEMM_W8_CONFIGS = ((16, 4, 4, 1), (32, 4, 4, 1), (64, 4, 3, 1), (32, 8, 6, 1), (32, 4, 4, 4), (64, 4, 3, 8))
+# Session 21 swept BLOCK_N {16..128} x {4, 8} warps x {3, 4} stages x {1, 4} splits at M = 16/32/64 on the 8B fused
+# qkv, o, fused gate/up and down shapes (bench/results/h100/kernels_s21/call4/probe_w8a16.log) and added the three
+# that won there: (64, 4, 3, 4) at 16-32 rows, (128, 8, 3, 1) / (128, 8, 3, 4) at 64 (64 rows, per layer: qkv 41.4 ->
+# 25.8 us, o 30.5 -> 20.0, gate/up 102.9 -> 84.5, down 94.3 -> 47.1; fp16 20.5 / 14.6 / 87.3 / 46.3).
+GEMM_W8_CONFIGS = ((16, 4, 4, 1), (32, 4, 4, 1), (64, 4, 3, 1), (32, 8, 6, 1), (32, 4, 4, 4), (64, 4, 3, 8),
+                   (64, 4, 3, 4), (128, 8, 3, 1), (128, 8, 3, 4))
 GEMM_W8_BK = 128
 # Up to 64 rows (session 19; 16 before): above 16 the only path was dequantize + cuBLAS, which rewrites the whole
 # weight in fp16 on every call. Synthetic Llama-3-8B W8A16 decode at batch 32 / 64 took 26.2 / 26.8 ms a token
