@@ -434,7 +434,7 @@ def _(x, out_features, indices, codebook, index_bits, res_indices, res_codebook,
     return x.new_empty(*x.shape[:-1], out_features)
 
 
-def _gemm_impl(x, n, indices, codebook, index_bits, res_indices, res_codebook, res_index_bits, scale, bias):
+def _gemm_impl(x, n, indices, codebook, index_bits, res_indices, res_codebook, res_index_bits, scale, bias, split=0):
     what = "vptq_gemm"
     check_device(what, x, indices, codebook, res_indices, res_codebook, scale, bias)
     k = indices.shape[0]
@@ -448,7 +448,7 @@ def _gemm_impl(x, n, indices, codebook, index_bits, res_indices, res_codebook, r
     contiguous = indices.is_contiguous() and (res_indices is None or res_indices.is_contiguous())
     if contiguous and vptq_gemm_cuda.supports(x2, n, codebook, index_bits, res_codebook, res_index_bits, scale, bias):
         vptq_gemm_cuda.gemm(x2, n, indices, codebook, index_bits, res_indices, res_codebook, res_index_bits, scale, bias,
-                            out)
+                            out, split=split or None)
     else:
         _gemm(x2, n, indices, codebook, index_bits, res_indices, res_codebook, res_index_bits, scale, bias, out)
     return out.reshape(*lead, n)
@@ -457,12 +457,13 @@ def _gemm_impl(x, n, indices, codebook, index_bits, res_indices, res_codebook, r
 @torch.library.custom_op("compress::vptq_gemm", mutates_args=())
 def _vptq_gemm_op(x: torch.Tensor, out_features: int, indices: torch.Tensor, codebook: torch.Tensor, index_bits: int,
                   res_indices: torch.Tensor | None, res_codebook: torch.Tensor | None, res_index_bits: int | None,
-                  scale: torch.Tensor | None, bias: torch.Tensor | None) -> torch.Tensor:
-    return _gemm_impl(x, out_features, indices, codebook, index_bits, res_indices, res_codebook, res_index_bits, scale, bias)
+                  scale: torch.Tensor | None, bias: torch.Tensor | None, split: int = 0) -> torch.Tensor:
+    return _gemm_impl(x, out_features, indices, codebook, index_bits, res_indices, res_codebook, res_index_bits, scale, bias,
+                      split)
 
 
 @_vptq_gemm_op.register_fake
-def _(x, out_features, indices, codebook, index_bits, res_indices, res_codebook, res_index_bits, scale, bias):
+def _(x, out_features, indices, codebook, index_bits, res_indices, res_codebook, res_index_bits, scale, bias, split=0):
     return x.new_empty(*x.shape[:-1], out_features)
 
 
@@ -499,12 +500,14 @@ def vptq_linear(x: torch.Tensor, out_features: int, indices: torch.Tensor, codeb
 def vptq_gemm(x: torch.Tensor, out_features: int, indices: torch.Tensor, codebook: torch.Tensor, index_bits: int,
               res_indices: torch.Tensor | None = None, res_codebook: torch.Tensor | None = None,
               res_index_bits: int | None = None, scale: torch.Tensor | None = None,
-              bias: torch.Tensor | None = None) -> torch.Tensor:
+              bias: torch.Tensor | None = None, split: int = 0) -> torch.Tensor:
     """The same y as `vptq_linear` for 1..GEMM_MAX_M tokens without outlier columns (`gemm_supported` says), in
     one launch that decodes each weight tile once for all tokens (tensor-core dot) instead of dequantizing the
-    whole weight. The runtime offers it beside `vptq_linear` and runs whichever it measures faster."""
+    whole weight. The runtime offers it beside `vptq_linear` and runs whichever it measures faster. split: slices of K
+    for the CUDA kernel (0: its plan; `kernels.vptq_gemm_cuda.split_candidates` lists the ones worth timing); the
+    Triton kernel ignores it."""
     return torch.ops.compress.vptq_gemm(x, out_features, indices, codebook, index_bits, res_indices, res_codebook,
-                                        res_index_bits, scale, bias)
+                                        res_index_bits, scale, bias, split)
 
 
 def vptq_dequantize(out_features: int, indices: torch.Tensor, codebook: torch.Tensor, index_bits: int,

@@ -107,6 +107,20 @@ def plan(m: int, n: int, k: int, sms: int, index_bits: int, res_bits: int) -> in
     return max(1, min(steps // 4 or 1, round(per_sm * sms / tiles)))
 
 
+def split_candidates(m: int, n: int, k: int, sms: int, index_bits: int, res_bits: int) -> list[int]:
+    """Slices of K worth timing for one call shape (the runtime's path table times each): the plan, the most that
+    fit one wave of CTAs, and the most that fit two. Why not the plan alone: at 32-64 tokens one CTA fits an SM, and
+    the plan's 5 slices of 8B gate/up made 140 CTAs for 132 SMs, a second wave of 8 (Nsight Compute, session 21
+    call 6); 7 slices took 136 us where 5 took 151 (call 3, the same launch geometry)."""
+    tiles = -(-n // TILE_N)
+    per_sm = 2 if m <= 16 and smem_bytes(index_bits, res_bits) + 1024 <= 113 * 1024 else 1
+    steps = max(1, k // 16)
+    picks = [plan(m, n, k, sms, index_bits, res_bits)]
+    for waves in (1, 2):
+        picks.append(max(1, min(steps, waves * per_sm * sms // tiles)))
+    return sorted(set(picks))
+
+
 def gemm(x2: torch.Tensor, n: int, indices: torch.Tensor, codebook: torch.Tensor, index_bits: int,
          res_indices: torch.Tensor | None, res_codebook: torch.Tensor | None, res_index_bits: int | None,
          scale: torch.Tensor | None, bias: torch.Tensor | None, out: torch.Tensor, split: int | None = None) -> torch.Tensor:
@@ -117,7 +131,7 @@ def gemm(x2: torch.Tensor, n: int, indices: torch.Tensor, codebook: torch.Tensor
     has_res = res_codebook is not None
     rb = res_index_bits if has_res else 0
     sms = torch.cuda.get_device_properties(x2.device).multi_processor_count
-    s = split or plan(m, n, k, sms, index_bits, rb)
+    s = min(split or plan(m, n, k, sms, index_bits, rb), max(1, k // 16))
     ws, _ = _workspace.get(x2.device, lib.vptq_gemm_workspace_floats(m, n, s), 1)
     x2 = x2.contiguous()  # the kernel reads x as 4-byte pairs of a (M, K) row-major block
     rc = lib.vptq_gemm(

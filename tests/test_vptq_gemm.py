@@ -131,7 +131,8 @@ def test_runtime_offers_the_few_token_kernel_and_every_path_agrees():
                          (64, ["kernel", "fused_gemm"]), (65, ["kernel"])):
             x = torch.randn(m, k, generator=g).half().to(DEVICE)
             paths = mod.kernel_paths(x)
-            assert [p for p, _ in paths] == names, m
+            # On a GPU the CUDA kernel comes once per slicing of K worth timing (fused_gemm_k<S>).
+            assert list(dict.fromkeys(p.split("_k")[0] for p, _ in paths)) == names, m
             ref = mod.reference(x)
             for name, fn in paths:
                 assert rel_err(fn(), ref) < 3e-3, (m, name)

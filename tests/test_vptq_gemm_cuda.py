@@ -44,6 +44,16 @@ def test_plan_fills_the_gpu_without_slicing_k_too_thin():
     assert vptq_gemm_cuda.plan(8, 1024, 4096, sms, 12, 8) > vptq_gemm_cuda.plan(8, 14336, 4096, sms, 12, 8)
 
 
+def test_split_candidates_include_one_and_two_waves_of_ctas():
+    """8B gate/up at 64 tokens (28 tiles of 512 outputs, one CTA an SM): the plan's 5 slices make 140 CTAs on 132
+    SMs; the candidates add 4 (one wave) and 9 (two waves). Every candidate is a valid slicing of K."""
+    assert vptq_gemm_cuda.split_candidates(64, 14336, 4096, 132, 12, 8) == [4, 5, 9]
+    for m, n, k in ((1, 1024, 4096), (16, 4096, 14336), (64, 64, 32), (32, 28672, 8192)):
+        cands = vptq_gemm_cuda.split_candidates(m, n, k, 132, 13, 9)
+        assert cands == sorted(set(cands)) and all(1 <= s <= k // 16 for s in cands), (m, n, k, cands)
+        assert vptq_gemm_cuda.plan(m, n, k, 132, 13, 9) in cands
+
+
 def test_covers_nothing_off_the_gpu_so_the_triton_kernel_serves():
     d = make_vptq(64, 32, 4096, 256, "cpu")
     x = torch.randn(2, 32).half()

@@ -332,14 +332,27 @@ class VPTQLinear(QuantLinear):
         paths = [("kernel", partial(self.kernel, x2d))]
         vptq = kb.kernel_module("vptq")
         if vptq.gemm_supported(x2d, self.vq_codebook, self.vq_outlier_cols) is None:
-            paths.append(("fused_gemm", partial(self.fused_gemm, x2d)))
+            for split in self._gemm_splits(x2d):  # the CUDA kernel's slices of K, timed per shape (0: Triton)
+                paths.append((f"fused_gemm_k{split}" if split else "fused_gemm", partial(self.fused_gemm, x2d, split)))
         return paths
 
-    def fused_gemm(self, x2d):
+    def _gemm_splits(self, x2d) -> list[int]:
+        from kernels import vptq_gemm_cuda
+
+        m = self.vq_meta
+        rc, rb = self.vq_res_codebook, m["res_index_bits"]
+        if x2d.device.type != "cuda" or not vptq_gemm_cuda.supports(x2d, self.out_features, self.vq_codebook,
+                                                                     m["index_bits"], rc, rb, self.vq_scale, self.vq_bias):
+            return [0]
+        sms = torch.cuda.get_device_properties(x2d.device).multi_processor_count
+        return vptq_gemm_cuda.split_candidates(x2d.shape[0], self.out_features, self.in_features, sms, m["index_bits"],
+                                               rb if rc is not None else 0)
+
+    def fused_gemm(self, x2d, split: int = 0):
         m = self.vq_meta
         return kb.kernel_module("vptq").vptq_gemm(
             x2d, self.out_features, self.vq_indices, self.vq_codebook, m["index_bits"], self.vq_res_indices,
-            self.vq_res_codebook, m["res_index_bits"], self.vq_scale, self.vq_bias)
+            self.vq_res_codebook, m["res_index_bits"], self.vq_scale, self.vq_bias, split)
 
     def kernel(self, x2d):
         m = self.vq_meta
