@@ -102,7 +102,7 @@ def build(device: torch.device, name: str | None = None) -> ctypes.CDLL:
     return _libraries.get(name, lambda: _compile(device, name))
 
 
-def _smem_limit(device: torch.device) -> int:
+def smem_limit(device: torch.device) -> int:
     props = torch.cuda.get_device_properties(device)
     optin = int(getattr(props, "shared_memory_per_block_optin", 0) or 0)
     return optin or (227 * 1024 if props.major >= 9 else 0)
@@ -116,7 +116,7 @@ def smem_bytes(index_bits: int, res_bits: int, copies: int, warps: int) -> int:
 def residual_copies(device: torch.device, index_bits: int, res_bits: int, warps: int) -> int | None:
     """8 replicas of the residual codebook (conflict-free reads) when shared memory allows, else 4."""
     for copies in (8, 4):
-        if smem_bytes(index_bits, res_bits, copies, warps) <= _smem_limit(device):
+        if smem_bytes(index_bits, res_bits, copies, warps) <= smem_limit(device):
             return copies
     return None
 
@@ -131,12 +131,19 @@ def covers(x2: torch.Tensor, codebook: torch.Tensor, index_bits: int, res_codebo
     rb = res_index_bits if res_codebook is not None else 0
     if index_bits not in MAIN_BITS or rb not in RES_BITS:
         return False
+    if not operands_ok(codebook, res_codebook, scale, bias):
+        return False
+    return residual_copies(x2.device, index_bits, rb, warps) is not None
+
+
+def operands_ok(codebook: torch.Tensor, res_codebook: torch.Tensor | None, scale: torch.Tensor | None,
+                bias: torch.Tensor | None) -> bool:
+    """What the CUDA VPTQ kernels (this GEMV and kernels/vptq_gemm_cuda.py) read as raw memory: fp16 contiguous
+    codebooks, scale and bias, the codebooks 16-byte aligned (rows are copied as 16-byte vectors)."""
     tensors = [codebook] + [t for t in (res_codebook, scale, bias) if t is not None]
     if any(t.dtype != torch.float16 or not t.is_contiguous() for t in tensors):
         return False
-    if codebook.data_ptr() % 16 or (res_codebook is not None and res_codebook.data_ptr() % 16):
-        return False
-    return residual_copies(x2.device, index_bits, rb, warps) is not None
+    return not (codebook.data_ptr() % 16 or (res_codebook is not None and res_codebook.data_ptr() % 16))
 
 
 def supports(x2: torch.Tensor, n: int, codebook: torch.Tensor, index_bits: int, res_codebook: torch.Tensor | None,

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from compress.errors import CompressError
-from kernels import cuda_build
+from kernels import cuda_build, vptq_cuda
 
 SRC = Path(__file__).resolve().parent / "csrc" / "vptq_gemm.cu"
 MAX_M = 64
@@ -73,14 +73,10 @@ def covers(x2: torch.Tensor, n: int, codebook: torch.Tensor, index_bits: int, re
         return False
     if x2.dtype not in (torch.float16, torch.bfloat16):
         return False
-    tensors = [codebook] + [t for t in (res_codebook, scale, bias) if t is not None]
-    if any(t.dtype != torch.float16 or not t.is_contiguous() for t in tensors):
+    if not vptq_cuda.operands_ok(codebook, res_codebook, scale, bias):
         return False
-    if codebook.data_ptr() % 16 or (res_codebook is not None and res_codebook.data_ptr() % 16):
-        return False
-    props = torch.cuda.get_device_properties(x2.device)
-    limit = int(getattr(props, "shared_memory_per_block_optin", 0) or 0) or (227 * 1024 if props.major >= 9 else 0)
-    return props.major >= 8 and smem_bytes(index_bits, rb) + 1024 <= limit
+    major = torch.cuda.get_device_capability(x2.device)[0]
+    return major >= 8 and smem_bytes(index_bits, rb) + 1024 <= vptq_cuda.smem_limit(x2.device)
 
 
 def supports(x2: torch.Tensor, n: int, codebook: torch.Tensor, index_bits: int, res_codebook: torch.Tensor | None,

@@ -1,12 +1,7 @@
 #!/bin/bash
 # Session 21 device calls (repository root, kind nvidia-h100-x1; $OUT from the device tool):
 #   STAGES="tests vptq" bash bench/results/h100/kernels_s21/run.sh
-set -o pipefail
-export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-export COMPRESS_KERNEL_CACHE="${COMPRESS_KERNEL_CACHE:-/tmp/compress_kernels}"
-mkdir -p "$OUT"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.limit --format=csv > "$OUT/gpu.txt" 2>&1
-cat "$OUT/gpu.txt"
+. "$(dirname "$0")/../device_env.sh"
 for stage in $STAGES; do
   case $stage in
     tests) timeout "${TEST_LIMIT:-150}" python3 -m pytest -q -m gpu ${TESTS:-tests/test_vptq_gemm.py} 2>&1 | tail -15 | tee "$OUT/pytest.log" ;;

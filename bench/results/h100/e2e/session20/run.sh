@@ -5,12 +5,7 @@
 # (repository root, kind nvidia-h100-x1; $OUT from the device tool). The report is rewritten after every model, so a
 # call stopped at LIMIT keeps every finished model. Reports of separate calls are merged afterwards with
 #   python -m compress.bench.e2e_report OUT_DIR A/e2e.json B/e2e.json ...
-set -o pipefail
-export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-export COMPRESS_KERNEL_CACHE="${COMPRESS_KERNEL_CACHE:-/tmp/compress_kernels}"
-mkdir -p "$OUT"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.limit --format=csv > "$OUT/gpu.txt" 2>&1
-cat "$OUT/gpu.txt"
+. "$(dirname "$0")/../../device_env.sh"
 ARCH=${ARCH:-llama-3-8b}
 timeout "${LIMIT:-560}" python3 -m compress.bench.e2e --synthetic "$ARCH" --formats "$FORMATS" \
   --workloads "${WORKLOADS:-all}" --runs 3 ${PROFILE:+--profile} --output "$OUT/$ARCH" 2>&1 \
