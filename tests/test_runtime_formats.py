@@ -224,20 +224,36 @@ def test_kernel_path_matches_reference(checkpoints, name):
     assert set(ker.compress_runtime.backends.values()) == {"kernel"}
     # Per layer, same input: fp16 activations, fp32 accumulation on both sides (measured 7e-4 on CPU).
     g = torch.Generator().manual_seed(6)
-    seen = set()
+    seen, shapes = set(), set()
     for n, mod in ker.model.layers[0].named_modules():  # layer 1 is covered by the logits below
         if isinstance(mod, rt.QuantLinear):
+            # On the CPU (Triton's interpreter, seconds a kernel call) one layer of each shape: q/o, k/v and gate/up
+            # run the same kernels on the same shapes; every layer still runs its kernels in the logits check below.
+            if dev == "cpu" and (mod.out_features, mod.in_features) in shapes:
+                continue
+            shapes.add((mod.out_features, mod.in_features))
             # M = 1 (GEMVs), 3, and for one layer 20 tokens (torch._int_mm needs M > 16).
             for m in (1, 3, 20) if n == "mlp.down_proj" else (1, 3):
+                if dev == "cpu" and m == 1 and n != "mlp.down_proj":
+                    continue  # the one-token kernels take 4-13 s a call in the interpreter: down_proj's are checked
                 x = torch.randn(m, mod.in_features, generator=g).half().to(dev)
                 with rt.reference_backend(mod):
                     r = mod(x)
+                checked = set()
                 for path, fn in mod.kernel_paths(x):
-                    y = fn()
                     # Tilings of one kernel count once: gemv_i8_16x256_w4 -> gemv_i8, gemm_w8_16_w4_s4 -> gemm_w8.
-                    seen.add("_".join(path.split("_")[:2]) if path.startswith(("gemv_", "gemm_")) else path)
+                    family = "_".join(path.split("_")[:2]) if path.startswith(("gemv_", "gemm_")) else path
+                    # Triton's CPU interpreter takes seconds a tiling: there every tiling runs on down_proj (at each M)
+                    # and the other layers run each kernel's first tiling (the test took 2-3 min a format on a slow
+                    # 2-core machine, session 20). The GPU runs them all.
+                    if dev == "cpu" and n != "mlp.down_proj" and family in checked:
+                        continue
+                    checked.add(family)
+                    y = fn()
+                    seen.add(family)
                     assert _rel(y, r) < 2e-3, (n, m, path, _rel(y, r))
-                assert _rel(mod(x), r) < 2e-3
+                if dev != "cpu" or n == "mlp.down_proj":  # the CPU runs the first path again, as checked above
+                    assert _rel(mod(x), r) < 2e-3
     expected = {"w4a16_g64_asym": {"kernel", "dequant+cublas"}, "w8a8": {"kernel", "int_mm", "gemv_i8"},
                 "w8a8_sparse24": {"kernel", "dequant+w8a8", "dequant+int_mm"}, "fp16_sparse24": {"kernel", "dequant+cublas"},
                 "w8a16": {"gemv_w8", "gemm_w8", "dequant+cublas"},
