@@ -94,13 +94,17 @@ def supports(x2: torch.Tensor, n: int, codebook: torch.Tensor, index_bits: int, 
     return True
 
 
+def _ctas_per_sm(m: int, index_bits: int, res_bits: int) -> int:
+    """Two CTAs an SM up to 16 tokens where both fit its shared memory (their registers fit: 128 a thread); one above."""
+    return 2 if m <= 16 and smem_bytes(index_bits, res_bits) + 1024 <= 113 * 1024 else 1
+
+
 def plan(m: int, n: int, k: int, sms: int, index_bits: int, res_bits: int) -> int:
     """Slices of K (S): enough CTAs to fill the GPU once (twice where two fit an SM), each slice at least a few
     16-column steps so the codebook copy each CTA makes stays a small part of its work."""
     tiles = -(-n // TILE_N)
-    per_sm = 2 if m <= 16 and smem_bytes(index_bits, res_bits) + 1024 <= 113 * 1024 else 1
     steps = k // 16
-    return max(1, min(steps // 4 or 1, round(per_sm * sms / tiles)))
+    return max(1, min(steps // 4 or 1, round(_ctas_per_sm(m, index_bits, res_bits) * sms / tiles)))
 
 
 def split_candidates(m: int, n: int, k: int, sms: int, index_bits: int, res_bits: int) -> list[int]:
@@ -109,11 +113,11 @@ def split_candidates(m: int, n: int, k: int, sms: int, index_bits: int, res_bits
     the plan's 5 slices of 8B gate/up made 140 CTAs for 132 SMs, a second wave of 8 (Nsight Compute, session 21
     call 6); 7 slices took 136 us where 5 took 151 (call 3, the same launch geometry)."""
     tiles = -(-n // TILE_N)
-    per_sm = 2 if m <= 16 and smem_bytes(index_bits, res_bits) + 1024 <= 113 * 1024 else 1
+    resident = _ctas_per_sm(m, index_bits, res_bits) * sms  # CTAs in one wave
     steps = max(1, k // 16)
     picks = [plan(m, n, k, sms, index_bits, res_bits)]
     for waves in (1, 2):
-        picks.append(max(1, min(steps, waves * per_sm * sms // tiles)))
+        picks.append(max(1, min(steps, waves * resident // tiles)))
     return sorted(set(picks))
 
 
