@@ -142,5 +142,5 @@ def gemm(x2: torch.Tensor, n: int, indices: torch.Tensor, codebook: torch.Tensor
         res_indices.shape[1] if has_res else 1, s, torch.cuda.current_stream(x2.device).cuda_stream)
     if rc != 0:
         raise CompressError(f"vptq few-token CUDA kernel: launch failed with code {rc} (m={m}, n={n}, k={k}, "
-                            f"bits={index_bits}/{rb}, split={s})")
+                            f"bits={index_bits}/{rb}, split={s}); COMPRESS_VPTQ_GEMM_CUDA=0 runs the Triton kernel instead")
     return out
