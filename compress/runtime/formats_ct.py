@@ -170,8 +170,9 @@ class CTW8A16Linear(_CTWeightOnly):
 
     kernels/ has no W8A16 kernel; on the GPU the runtime computes it itself (compress.runtime.decode_kernels,
     symmetric weights): at M = 1 with the int8 GEMV (`gemv_w8`), at M = 2..64 with the few-row kernel
-    (`gemm_w8`, each weight tile read once for all rows), and at any M (prefill) by dequantizing into an
-    fp16 temporary (`dequant_w8`) and calling cuBLAS -- whichever the path table measures fastest."""
+    (`gemm_w8`, each weight tile read once for all rows), from M = 17 (prefill, large batches) with the tiled
+    GEMM (`w8a16_prefill.gemm_w8_tiled`, int8 tiles converted in registers), and at any M by dequantizing into
+    an fp16 temporary (`dequant_w8`) and calling cuBLAS -- whichever the path table measures fastest."""
 
     bits = 8
 
@@ -218,13 +219,25 @@ class CTW8A16Linear(_CTWeightOnly):
         scale, group = self._gemv_args()
         return gemv_w8(x2d, self.qweight, scale, group)
 
+    def _tiled_paths(self, x2d):
+        """The tiled GEMM (`w8a16_prefill.gemm_w8_tiled`, several tilings) where it takes this layer and M."""
+        from compress.runtime.w8a16_prefill import TILED_W8_CONFIGS, TILED_W8_MIN_M, gemm_w8_tiled, tiled_w8_supported
+
+        if (x2d.shape[0] < TILED_W8_MIN_M or self.zero is not None or x2d.stride(1) != 1
+                or not self.scale.is_contiguous() or not tiled_w8_supported(self.in_features, self.group_size)):
+            return []
+        return [("gemm_w8_tiled_%dx%dx%d_w%d_s%d" % c[:5] + ("" if c[5] else "_xw"),  # _xw: x on the left
+                 partial(gemm_w8_tiled, x2d, self.qweight, self.scale, self.group_size, c)) for c in TILED_W8_CONFIGS]
+
     def kernel_paths(self, x2d):
         """M = 1: the int8 GEMV (several tilings); M = 2..64: the few-row kernel that reads each weight
-        tile once for all rows (several tilings); every M: dequantize + cuBLAS."""
+        tile once for all rows (several tilings); M >= 17: the tiled GEMM that converts the int8 tiles in
+        registers (several tilings); every M: dequantize + cuBLAS (first above 64 rows: what runs when a
+        CUDA graph captures a shape the table has not measured)."""
         from compress.runtime.decode_kernels import (GEMM_W8_CONFIGS, GEMM_W8_MAX_M, GEMV_W8_CONFIGS, gemm_w8, gemm_w8_fits,
                                                      gemv_w8)
 
-        paths = [("dequant+cublas", partial(self.dequant_cublas, x2d))]
+        paths = [("dequant+cublas", partial(self.dequant_cublas, x2d))] + self._tiled_paths(x2d)
         args = self._gemv_args()
         m = x2d.shape[0]
         if args is None or x2d.stride(1) != 1:
