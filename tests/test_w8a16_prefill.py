@@ -41,7 +41,7 @@ def test_tiled_gemm_matches_the_dequantized_temporary_times_x(n, k, gs):
         x = torch.randn(m, k, generator=g).half().to(DEV)
         ref = gemm_w8_tiled_ref(x, q, s, gs)
         assert _rel(ref, (x.float() @ w.float().t()).half()) < 1e-3  # the reference is that path's math
-        for cfg in TILED_W8_CONFIGS[:1] + ((32, 32, 32, 4, 2, 1), (16, 64, 64, 4, 2, 1), (16, 32, 32, 4, 2, 0)):
+        for cfg in TILED_W8_CONFIGS[:1] + ((32, 32, 32, 4, 2), (16, 64, 64, 4, 2)):
             y = gemm_w8_tiled(x, q, s, gs, cfg)
             assert y.dtype == torch.float16 and y.shape == (m, n)
             assert _rel(y, ref) < 2e-3, (m, cfg, _rel(y, ref))
@@ -57,7 +57,7 @@ def test_tiled_gemm_reads_x_through_its_row_stride():
     wide = torch.randn(20, 200, generator=g).half().to(DEV)
     x = wide[:, 40:168]
     assert x.stride(0) == 200
-    assert _rel(gemm_w8_tiled(x, q, s, 64, (32, 32, 32, 4, 2, 1)), gemm_w8_tiled_ref(x.contiguous(), q, s, 64)) < 2e-3
+    assert _rel(gemm_w8_tiled(x, q, s, 64, (32, 32, 32, 4, 2)), gemm_w8_tiled_ref(x.contiguous(), q, s, 64)) < 2e-3
 
 
 @needs_triton
@@ -69,7 +69,7 @@ def test_tiled_gemm_in_several_groups_of_row_tiles(monkeypatch):
     q, s = _layer(40, 64, 32, g)
     x = torch.randn(70, 64, generator=g).half().to(DEV)
     monkeypatch.setattr(wp, "X_L2_BYTES", 2 * 16 * 64 * 2)  # two row tiles of 16 rows
-    assert _rel(wp.gemm_w8_tiled(x, q, s, 32, (16, 16, 32, 4, 2, 0)), wp.gemm_w8_tiled_ref(x, q, s, 32)) < 2e-3
+    assert _rel(wp.gemm_w8_tiled(x, q, s, 32, (16, 16, 32, 4, 2)), wp.gemm_w8_tiled_ref(x, q, s, 32)) < 2e-3
 
 
 def test_supported_shapes():
@@ -136,10 +136,10 @@ from compress.runtime.w8a16_prefill import TILED_W8_CONFIGS, _gemm_w8_tiled
 
 n = 0
 for dt, configs in (("*fp16", TILED_W8_CONFIGS), ("*bf16", TILED_W8_CONFIGS[:1])):
-    for bn, bm, bk, warps, stages, swap in configs:
+    for bn, bm, bk, warps, stages in configs:
         types = dict(x_ptr=dt, q_ptr="*i8", s_ptr=dt, y_ptr=dt, M="i32", N="i32", G="i32", stride_xm="i32", GROUP_M="i32",
                      stride_ym="i32")
-        consts = dict(K=4096, GS=128, BLOCK_N=bn, BLOCK_M=bm, BLOCK_K=bk, DOT_F32=False, SWAP_AB=bool(swap))
+        consts = dict(K=4096, GS=128, BLOCK_N=bn, BLOCK_M=bm, BLOCK_K=bk, DOT_F32=False)
         fn = _gemm_w8_tiled
         sig = {a: "constexpr" if a in consts else types[a] for a in fn.arg_names}
         src = ASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(c),): v for c, v in consts.items()})

@@ -226,8 +226,8 @@ class CTW8A16Linear(_CTWeightOnly):
         if (x2d.shape[0] < TILED_W8_MIN_M or self.zero is not None or x2d.stride(1) != 1
                 or not self.scale.is_contiguous() or not tiled_w8_supported(self.in_features, self.group_size)):
             return []
-        return [("gemm_w8_tiled_%dx%dx%d_w%d_s%d" % c[:5] + ("" if c[5] else "_xw"),  # _xw: x on the left
-                 partial(gemm_w8_tiled, x2d, self.qweight, self.scale, self.group_size, c)) for c in TILED_W8_CONFIGS]
+        return [("gemm_w8_tiled_%dx%dx%d_w%d_s%d" % c, partial(gemm_w8_tiled, x2d, self.qweight, self.scale,
+                                                                 self.group_size, c)) for c in TILED_W8_CONFIGS]
 
     def kernel_paths(self, x2d):
         """M = 1: the int8 GEMV (several tilings); M = 2..64: the few-row kernel that reads each weight

@@ -6,14 +6,20 @@ every call: 146 us a call for Llama-3-8B's fused gate/up (28672 x 4096) on the H
 of a 256-token W8A16 prefill (bench/results/h100/e2e/session20/README.md). Here each weight tile goes from
 DRAM to registers as int8, is scaled to fp16/bf16 there and goes straight into the tensor-core product.
 
-Math: w = (q * s) in fp32, rounded to the activation dtype -- exactly the temporary `dequant_w8` writes --
-then y = x @ w^T with fp32 accumulation, as cuBLAS does with that temporary. The two paths differ only in
-the order of the fp32 sums.
+Math: w = q * s rounded once to the activation dtype -- exactly the temporary `dequant_w8` writes (there the
+product is taken in fp32; int8 values are exact in fp16/bf16, so one correctly rounded multiplication in the
+dtype gives the same value) -- then y = x @ w^T with fp32 accumulation, as cuBLAS does with that temporary.
+The two paths differ only in the order of the fp32 sums.
 
 Layout of a program's work ("swap AB", as the few-row kernel): the weight tile (BLOCK_N, BLOCK_K) is the
 left operand, so it can stay in registers after its conversion, and x^T's tile (BLOCK_K, BLOCK_M) the right
-one. Programs are numbered M-tile first: the M tiles of one weight tile run side by side, so each weight
-byte comes from DRAM about once and the rest of its reads hit L2 (x, at most a few tens of MB, stays there).
+one. Programs are numbered M-tile first within groups of row tiles whose rows of x fit a share of the L2
+(`X_L2_BYTES`): the M tiles of one weight tile run side by side, so each weight byte comes from DRAM about once a
+group and the rest of its reads hit L2, while the group's x stays in L2 for every weight tile.
+
+Measured (H100, session 22, bench/results/h100/kernels_s22/README.md): 1.2-2.5x faster than dequantize + cuBLAS
+at 256 rows on Llama-3-8B's layers, slower from about 1-2k rows (the kernel tops out near 400 TFLOP/s, cuBLAS's
+fp16 GEMM near 650); the path table takes whichever is faster per shape and M.
 
 Symmetric weights only (zero points: the dequantize path), group sizes that are powers of two >= 16, or one
 scale per row (`group_size` = K). On a CPU it runs in Triton's interpreter (tests only).
@@ -30,7 +36,7 @@ import triton.language as tl
 
 @triton.jit
 def _gemm_w8_tiled(x_ptr, q_ptr, s_ptr, y_ptr, M, N, G, stride_xm, stride_ym, GROUP_M, K: tl.constexpr, GS: tl.constexpr,
-                   BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, DOT_F32: tl.constexpr, SWAP_AB: tl.constexpr):
+                   BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, DOT_F32: tl.constexpr):
     """y (M, N) = x (M, K) @ w^T, w = (q (N, K) int8 * s (N, G) per GS columns) in x's dtype.
     BLOCK_K divides GS, so every column tile lies in one group (one scale per weight row and tile)."""
     # Programs in groups of GROUP_M row tiles: within a group the row tiles of one weight tile run side by side
@@ -49,52 +55,37 @@ def _gemm_w8_tiled(x_ptr, q_ptr, s_ptr, y_ptr, M, N, G, stride_xm, stride_ym, GR
     n_mask = offs_n < N
     m_mask = offs_m < M
     q_rows = q_ptr + offs_n.to(tl.int64)[:, None] * K + offs_k[None, :]  # (BLOCK_N, BLOCK_K)
+    x_cols = x_ptr + offs_m.to(tl.int64)[None, :] * stride_xm + offs_k[:, None]  # (BLOCK_K, BLOCK_M): x^T
     s_rows = s_ptr + offs_n * G
-    if SWAP_AB:  # weights on the left: y^T tile (BLOCK_N, BLOCK_M) = w (BLOCK_N, BLOCK_K) @ x^T (BLOCK_K, BLOCK_M)
-        x_tile = x_ptr + offs_m.to(tl.int64)[None, :] * stride_xm + offs_k[:, None]
-        acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
-    else:  # x on the left: y tile (BLOCK_M, BLOCK_N) = x (BLOCK_M, BLOCK_K) @ w^T (BLOCK_K, BLOCK_N)
-        x_tile = x_ptr + offs_m.to(tl.int64)[:, None] * stride_xm + offs_k[None, :]
-        acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
     for k0 in range(0, K, BLOCK_K):
         k_ok = (k0 + offs_k) < K
         q = tl.load(q_rows + k0, mask=n_mask[:, None] & k_ok[None, :], other=0)
         sc = tl.load(s_rows + k0 // GS, mask=n_mask, other=0.0).to(x_ptr.dtype.element_ty)
+        xt = tl.load(x_cols + k0, mask=k_ok[:, None] & m_mask[None, :], other=0.0)
         # The dequantized temporary's values: int8 is exact in fp16/bf16 and one multiplication rounds the exact
         # product q * s once, as the fp32 product rounded to the dtype.
         w = q.to(x_ptr.dtype.element_ty) * sc[:, None]
-        if SWAP_AB:
-            xt = tl.load(x_tile + k0, mask=k_ok[:, None] & m_mask[None, :], other=0.0)
-            if DOT_F32:  # Triton's CPU interpreter multiplies bf16 bit patterns as integers
-                acc = tl.dot(w.to(tl.float32), xt.to(tl.float32), acc)
-            else:
-                acc = tl.dot(w, xt, acc)
+        if DOT_F32:  # Triton's CPU interpreter multiplies bf16 bit patterns as integers
+            acc = tl.dot(w.to(tl.float32), xt.to(tl.float32), acc)
         else:
-            xa = tl.load(x_tile + k0, mask=m_mask[:, None] & k_ok[None, :], other=0.0)
-            if DOT_F32:
-                acc = tl.dot(xa.to(tl.float32), tl.trans(w.to(tl.float32)), acc)
-            else:
-                acc = tl.dot(xa, tl.trans(w), acc)
-    if SWAP_AB:
-        y = y_ptr + offs_m.to(tl.int64)[None, :] * stride_ym + offs_n[:, None]
-        tl.store(y, acc.to(y_ptr.dtype.element_ty), mask=n_mask[:, None] & m_mask[None, :])
-    else:
-        y = y_ptr + offs_m.to(tl.int64)[:, None] * stride_ym + offs_n[None, :]
-        tl.store(y, acc.to(y_ptr.dtype.element_ty), mask=m_mask[:, None] & n_mask[None, :])
+            acc = tl.dot(w, xt, acc)
+    y = y_ptr + offs_m.to(tl.int64)[None, :] * stride_ym + offs_n[:, None]
+    tl.store(y, acc.to(y_ptr.dtype.element_ty), mask=n_mask[:, None] & m_mask[None, :])
 
 
-# (BLOCK_N, BLOCK_M, BLOCK_K, num_warps, num_stages, swap AB) the path table tries (column tiles shrink to the group
-# size where groups are narrower). Session 22, call 1 (bench/results/h100/kernels_s22/): 13 tilings on the 8B
-# fused qkv, o, fused gate/up and down shapes at 64..8192 rows; these won at least one row there: 128 x 128
-# from 256-512 rows up, 64 x 64 and 64 x 32 on the narrow layers (N = 4096-6144) at 64-256 rows, 128 x 64 on
-# gate/up at 64 rows.
-TILED_W8_CONFIGS = ((128, 128, 64, 8, 4, 1), (128, 128, 128, 8, 3, 1), (128, 256, 64, 8, 3, 1), (128, 64, 128, 4, 4, 1),
-                    (64, 64, 128, 4, 4, 1), (64, 32, 128, 4, 5, 1), (256, 128, 64, 8, 3, 0), (128, 128, 64, 8, 4, 0))
-TILED_W8_MIN_M = 17
+# (BLOCK_N, BLOCK_M, BLOCK_K, num_warps, num_stages) the path table tries (column tiles shrink to the group
+# size where groups are narrower). Session 22 (bench/results/h100/kernels_s22/README.md), on the 8B fused qkv, o,
+# fused gate/up and down shapes at 64..8192 rows: 13 tilings in call 1; these won at least one row there: 128 x 128
+# and 128 x 256 from 256-512 rows up, 64 x 64 and 64 x 32 on the narrow layers (N = 4096-6144) at 64-256 rows,
+# 128 x 64 on gate/up at 64 rows. Call 4 also tried x as the left operand (four tilings, at 5705aab): it won no row.
+TILED_W8_CONFIGS = ((128, 128, 64, 8, 4), (128, 128, 128, 8, 3), (128, 256, 64, 8, 3), (128, 64, 128, 4, 4),
+                    (64, 64, 128, 4, 4), (64, 32, 128, 4, 5))
+TILED_W8_MIN_M = 17  # below it the few-row kernel pads less and is always offered
 # Bytes of x a group of row tiles may hold in L2 (a third of the H100's 50 MB): 2048 rows of K = 4096 in fp16.
 # Session 22's first probe ordered programs row tile first over all of M: at 8192 rows x (64 MB) no longer fit,
 # and every weight tile read it again from DRAM (fused gate/up 5.1 ms against 3.2 for dequantize + cuBLAS).
-X_L2_BYTES = 16 * 2**20  # below it the few-row kernel pads less and is always offered
+X_L2_BYTES = 16 * 2**20
 
 
 def tiled_w8_supported(k: int, group_size: int) -> bool:
@@ -105,7 +96,7 @@ def tiled_w8_supported(k: int, group_size: int) -> bool:
 
 
 def gemm_w8_tiled(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, group_size: int,
-                  config: tuple[int, int, int, int, int, int] = TILED_W8_CONFIGS[0]) -> torch.Tensor:
+                  config: tuple[int, int, int, int, int] = TILED_W8_CONFIGS[0]) -> torch.Tensor:
     """x (M, K) fp16/bf16 @ (q (N, K) int8 * scale (N, K / group_size))^T -> (M, N) in x's dtype."""
     n, k = q.shape
     m = x.shape[0]
@@ -113,14 +104,14 @@ def gemm_w8_tiled(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, group_s
     assert x.dim() == 2 and x.shape[1] == k and x.stride(1) == 1, (x.shape, q.shape)
     assert q.is_contiguous() and scale.shape[0] == n and scale.stride(1) == 1, (q.shape, scale.shape)
     assert tiled_w8_supported(k, group_size) and g == k // group_size, (k, group_size, g)
-    block_n, block_m, block_k, warps, stages, swap_ab = config
+    block_n, block_m, block_k, warps, stages = config
     gs = group_size if g > 1 else triton.next_power_of_2(k)  # one group: every tile's scale is column 0
     block_k = min(block_k, gs)
     y = torch.empty(m, n, dtype=x.dtype, device=x.device)
     grid = (triton.cdiv(m, block_m) * triton.cdiv(n, block_n),)
     group_m = max(1, X_L2_BYTES // (block_m * k * x.element_size()))
     _gemm_w8_tiled[grid](x, q, scale, y, m, n, g, x.stride(0), y.stride(0), group_m, K=k, GS=gs, BLOCK_N=block_n,
-                         BLOCK_M=block_m, BLOCK_K=block_k, DOT_F32=x.device.type == "cpu", SWAP_AB=bool(swap_ab),
+                         BLOCK_M=block_m, BLOCK_K=block_k, DOT_F32=x.device.type == "cpu",
                          num_warps=warps, num_stages=stages)
     return y
 

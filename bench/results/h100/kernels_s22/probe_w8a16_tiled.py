@@ -21,7 +21,8 @@ from compress.runtime.w8a16_prefill import TILED_W8_CONFIGS, gemm_w8_tiled, gemm
 
 SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336)}
 MS = [int(m) for m in os.environ.get("MS", "64,256,1024,2048,8192").split(",")]
-# Call 1 swept 13 tilings (TILED_W8_CONFIGS + 10); call 2 keeps the ones that won a row there.
+# Extra tilings beside TILED_W8_CONFIGS: SWEEP="bn,bm,bk,warps,stages;...". Calls 1-4's sweeps are in the README
+# beside this file (call 4's x-first tilings need 5705aab, where a sixth field 0 put x on the left).
 SWEEP = tuple(dict.fromkeys(TILED_W8_CONFIGS + tuple(
     tuple(int(v) for v in c.split(",")) for c in os.environ.get("SWEEP", "").split(";") if c)))
 
@@ -62,7 +63,7 @@ def main():
                     print(f"  {name} m={m} {cfg}: failed {type(e).__name__}: {str(e)[:160]}", flush=True)
                     continue
                 t = us(lambda w, c=cfg: gemm_w8_tiled(x, w[0], w[1], 128, c), (q, s))
-                row["tiled"]["%dx%dx%d_w%d_s%d" % cfg[:5] + ("" if cfg[5] else "_xw")] = {"us": t, "rel_err": err}
+                row["tiled"]["%dx%dx%d_w%d_s%d" % cfg] = {"us": t, "rel_err": err}
             best = min(row["tiled"].items(), key=lambda kv: kv[1]["us"]) if row["tiled"] else ("-", {"us": float("inf")})
             served = min(row["dequant_cublas_us"], row["few_row_us"])
             tflops = 2 * m * n * k / best[1]["us"] / 1e6
