@@ -267,6 +267,8 @@ def test_w8a16_layer_offers_the_few_row_kernel_and_every_path_agrees():
         paths = mod.kernel_paths(x)
         assert paths[0][0].startswith(first), (m, [p for p, _ in paths])
         assert any(p == "dequant+cublas" for p, _ in paths)
+        # the tiled GEMM (compress/runtime/w8a16_prefill.py) from 17 rows
+        assert any(p.startswith("gemm_w8_tiled") for p, _ in paths) == (m >= 17), (m, [p for p, _ in paths])
         for name, fn in paths:
             assert _rel(fn(), ref) < 4e-3, (m, name)
 

@@ -81,50 +81,41 @@ def test_supported_shapes():
     assert not tiled_w8_supported(200, 128)  # a partial last group
 
 
-@needs_triton
-def test_w8a16_layer_offers_the_tiled_gemm_from_17_rows_and_every_path_agrees():
+def _kernel_layer(spec: LayerSpec, tensors: dict):
     from compress.runtime import kernel_bridge as kb
     from compress.runtime.formats_ct import CTW8A16Linear
 
-    g = torch.Generator().manual_seed(21)
-    n, k = 40, 192  # per-row scales on a width that is not a multiple of 64
-    spec = LayerSpec("l", "compressed-tensors.w8a16", k, n, args={"strategy": "channel"})
-    q = torch.randint(-128, 128, (n, k), generator=g, dtype=torch.int8)
-    s = (torch.rand(n, 1, generator=g) * 0.01).half()
-    mod = CTW8A16Linear.from_checkpoint(spec, {"weight": q, "weight_scale": s}, device=torch.device(DEV),
-                                        dtype=torch.float16)
-    with kb.allow_interpreter():
-        assert CTW8A16Linear.kernel_unavailable(torch.device(DEV), spec) is None
-    mod.use_kernel()
-    for m, tiled in ((16, False), (17, True), (100, True)):
-        x = torch.randn(m, k, generator=g).half().to(DEV)
-        paths = mod.kernel_paths(x)
-        names = [p for p, _ in paths]
-        assert any(p.startswith("gemm_w8_tiled") for p in names) == tiled, (m, names)
-        if m > 64:
-            assert names[0] == "dequant+cublas", names  # what an unmeasured shape runs under graph capture
-        ref = mod.reference(x)
-        for name, fn in paths:
-            if name.startswith("gemm_w8_tiled"):
-                assert _rel(fn(), ref) < 4e-3, (m, name)
-
-
-@needs_triton
-def test_layer_with_zero_points_keeps_the_dequantize_path():
-    from compress.runtime import kernel_bridge as kb
-    from compress.runtime.formats_ct import CTW8A16Linear
-
-    g = torch.Generator().manual_seed(22)
-    n, k = 16, 128
-    spec = LayerSpec("l", "compressed-tensors.w8a16", k, n, args={"group_size": 64, "strategy": "group",
-                                                                  "symmetric": False})
-    tensors = {"weight": torch.randint(-128, 128, (n, k), generator=g, dtype=torch.int8),
-               "weight_scale": torch.rand(n, 2, generator=g).half() * 0.01,
-               "weight_zero_point": torch.randint(-4, 4, (n, 2), generator=g, dtype=torch.int8)}
     mod = CTW8A16Linear.from_checkpoint(spec, tensors, device=torch.device(DEV), dtype=torch.float16)
     with kb.allow_interpreter():
         mod.use_kernel()
-    assert [p for p, _ in mod.kernel_paths(torch.randn(80, k).half().to(DEV))] == ["dequant+cublas"]
+    return mod
+
+
+@needs_triton
+def test_which_w8a16_layers_get_the_tiled_gemm():
+    """Per-row scales on a width that is not a multiple of 64: offered from 17 rows, after dequantize + cuBLAS above
+    64 rows (what an unmeasured shape runs under graph capture), and computing the reference. Zero points: never
+    (the few-row and the other kernels of the format are symmetric too). (Group-128 layers: test_glue_kernels.)"""
+    g = torch.Generator().manual_seed(21)
+    n, k = 40, 192
+    per_row = _kernel_layer(LayerSpec("l", "compressed-tensors.w8a16", k, n, args={"strategy": "channel"}),
+                            {"weight": torch.randint(-128, 128, (n, k), generator=g, dtype=torch.int8),
+                             "weight_scale": torch.rand(n, 1, generator=g).half() * 0.01})
+    for m in (16, 17, 100):
+        x = torch.randn(m, k, generator=g).half().to(DEV)
+        paths = per_row.kernel_paths(x)
+        tiled = [(p, fn) for p, fn in paths if p.startswith("gemm_w8_tiled")]
+        assert bool(tiled) == (m >= 17), (m, [p for p, _ in paths])
+        assert m <= 64 or paths[0][0] == "dequant+cublas"
+        ref = per_row.reference(x)
+        for name, fn in tiled:
+            assert _rel(fn(), ref) < 4e-3, (m, name)
+    asym = _kernel_layer(LayerSpec("l", "compressed-tensors.w8a16", 128, 16,
+                                   args={"group_size": 64, "strategy": "group", "symmetric": False}),
+                         {"weight": torch.randint(-128, 128, (16, 128), generator=g, dtype=torch.int8),
+                          "weight_scale": torch.rand(16, 2, generator=g).half() * 0.01,
+                          "weight_zero_point": torch.randint(-4, 4, (16, 2), generator=g, dtype=torch.int8)})
+    assert [p for p, _ in asym.kernel_paths(torch.randn(80, 128).half().to(DEV))] == ["dequant+cublas"]
 
 
 _AOT = r"""
