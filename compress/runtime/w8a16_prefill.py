@@ -117,6 +117,9 @@ def gemm_w8_tiled(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, group_s
 
 
 def gemm_w8_tiled_ref(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, group_size: int) -> torch.Tensor:
-    """The same math in torch: the dequantized temporary (fp32 products rounded to x's dtype), fp32 GEMM."""
-    w = (q.float() * scale.float().repeat_interleave(group_size, 1)[:, : q.shape[1]]).to(x.dtype)
+    """The same math in torch: the dequantized temporary (the runtime's own dequantization of W8A16 layers: fp32
+    products rounded to x's dtype), fp32 GEMM. group_size is implied by scale's columns there."""
+    from compress.runtime.formats_ct import _dequant_weight_only
+
+    w = _dequant_weight_only(q, scale, None, q.shape[1], x.dtype)
     return (x.float() @ w.float().t()).to(x.dtype)
