@@ -2,12 +2,14 @@
 
 The sources include no torch headers, so nvcc builds each in seconds; the library is cached under
 ~/.cache/compress/kernels (COMPRESS_KERNEL_CACHE), keyed by the source bytes, the GPU architecture and
-the build flags, so an edited source (or a local header it includes) or another GPU gets its own build.
+the build flags, so an edited source (or a local header it includes) or another GPU gets its own build. Processes that
+ask for the same library at once build it once: the others wait on its lock file.
 """
 
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import hashlib
 import os
 import re
@@ -50,6 +52,13 @@ def source_bytes(src: Path) -> bytes:
     return data
 
 
+def library_path(src: Path, name: str, flags: list[str], arch_code: str) -> Path:
+    """Where the library of this source (and the headers it includes), flags and architecture is cached."""
+    key = hashlib.sha256(source_bytes(src) + " ".join([arch_code, *flags]).encode()).hexdigest()[:16]
+    cache = Path(os.environ.get("COMPRESS_KERNEL_CACHE", Path.home() / ".cache" / "compress" / "kernels"))
+    return cache / f"{src.stem}_{name}_{key}.so"
+
+
 def compile_library(src: Path, name: str, flags: list[str], arch_code: str, what: str, fallback: str) -> Path:
     """Path of the built library `<src stem>_<name>_<key>.so` (built now if not cached).
 
@@ -58,18 +67,25 @@ def compile_library(src: Path, name: str, flags: list[str], arch_code: str, what
     exe = nvcc()
     if exe is None:
         raise CompressError(f"{what}: nvcc not found (set CUDA_HOME); {fallback}")
-    key = hashlib.sha256(source_bytes(src) + " ".join([arch_code, *flags]).encode()).hexdigest()[:16]
-    cache = Path(os.environ.get("COMPRESS_KERNEL_CACHE", Path.home() / ".cache" / "compress" / "kernels"))
-    lib = cache / f"{src.stem}_{name}_{key}.so"
-    if not lib.exists():
-        cache.mkdir(parents=True, exist_ok=True)
-        tmp = lib.with_suffix(f".{os.getpid()}.tmp")
-        cmd = [exe, "-O3", "-std=c++17", "-diag-suppress=177", *flags, f"-gencode=arch=compute_{arch_code},code=sm_{arch_code}",
-               "-shared", "-Xcompiler", "-fPIC", "-o", str(tmp), str(src)]
-        res = subprocess.run(cmd, capture_output=True, text=True)
-        if res.returncode != 0:
-            raise CompressError(f"{what}: nvcc failed ({' '.join(cmd)}): {res.stderr.strip()[-2000:]}")
-        os.replace(tmp, lib)
+    lib = library_path(src, name, flags, arch_code)
+    if lib.exists():
+        return lib
+    lib.parent.mkdir(parents=True, exist_ok=True)
+    # One build per library across processes: a second process asking for a library another one is building waits
+    # for it (a lock file beside it) instead of running nvcc again for minutes; the build still lands by rename, so a
+    # killed build leaves no library behind.
+    with open(lib.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not lib.exists():
+            tmp = lib.with_suffix(f".{os.getpid()}.tmp")
+            cmd = [exe, "-O3", "-std=c++17", "-diag-suppress=177", *flags,
+                   f"-gencode=arch=compute_{arch_code},code=sm_{arch_code}", "-shared", "-Xcompiler", "-fPIC", "-o", str(tmp),
+                   str(src)]
+            res = subprocess.run(cmd, capture_output=True, text=True)
+            if res.returncode != 0:
+                tmp.unlink(missing_ok=True)
+                raise CompressError(f"{what}: nvcc failed ({' '.join(cmd)}): {res.stderr.strip()[-2000:]}")
+            os.replace(tmp, lib)
     return lib
 
 
