@@ -57,3 +57,43 @@ def stories_tokenizer(stories_dir):
 def _isolated_cache(tmp_path_factory, monkeypatch):
     """Each test session gets its own baseline-perplexity cache."""
     monkeypatch.setenv("COMPRESS_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+# ----------------------------------------------------------------------------- sm_90a builds in the background
+def pytest_configure(config):
+    config.addinivalue_line("markers", "sm90_build(name): builds tests.sm90_builds.BUILDS[name] with nvcc (the "
+                                       "`sm90_library` fixture); conftest starts those builds in the background")
+
+
+def pytest_collection_finish(session):
+    """Start the collected tests' nvcc builds in a low-priority child (tests/sm90_builds.py says why)."""
+    from kernels import cuda_build
+    from tests import sm90_builds
+
+    names = []
+    for item in session.items:
+        mark = item.get_closest_marker("sm90_build")
+        if mark and mark.args[0] not in names:
+            names.append(mark.args[0])
+    if names and cuda_build.nvcc() is not None and not session.config.option.collectonly:
+        session.config._sm90_background = sm90_builds.Background(names)
+
+
+def pytest_sessionfinish(session):
+    import shutil
+
+    background = getattr(session.config, "_sm90_background", None)
+    if background is not None:
+        background.stop()
+        shutil.rmtree(background.folder, ignore_errors=True)
+
+
+@pytest.fixture
+def sm90_library(request, monkeypatch, tmp_path):
+    """The library of the test's `sm90_build` marker, from the session's background folder (or built now in the
+    test's own folder when none runs, e.g. under `--collect-only` tooling)."""
+    from tests import sm90_builds
+
+    background = getattr(request.config, "_sm90_background", None)
+    monkeypatch.setenv(sm90_builds.ENV, str(background.folder if background else tmp_path))
+    return sm90_builds.build(request.node.get_closest_marker("sm90_build").args[0])

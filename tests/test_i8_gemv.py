@@ -136,14 +136,15 @@ def test_plan_covers_k_and_fits_shared_memory(sparse, n, k, m):
 
 
 @pytest.mark.skipif(i8_gemv.cuda_build.nvcc() is None, reason="nvcc not installed")
-def test_source_compiles_for_the_h100(tmp_path, monkeypatch):
+@pytest.mark.sm90_build("i8_gemv")
+def test_source_compiles_for_the_h100(sm90_library):
     """Every variant builds for sm_90a with this machine's nvcc (no GPU needed), and the plan's shared-memory budget
     is the kernel's own layout."""
     import ctypes
 
-    monkeypatch.setenv("COMPRESS_KERNEL_CACHE", str(tmp_path))
-    for name, (warps, blocks, slots) in i8_gemv.VARIANTS.items():
-        lib = ctypes.CDLL(str(i8_gemv.compile_variant("90a", name)))
+    assert len(sm90_library) == len(i8_gemv.VARIANTS)
+    for path, (name, (warps, blocks, slots)) in zip(sm90_library, i8_gemv.VARIANTS.items()):
+        lib = ctypes.CDLL(str(path))
         i8_gemv._bind(lib)
         assert lib.i8_gemv_variant() == warps * 100 + blocks * 10 + slots
         assert lib.i8_gemv_rows_per_cta() == 16 * warps

@@ -173,12 +173,12 @@ def test_default_build_refuses_input_transforms():
 
 # ----------------------------------------------------------------------------------------------------- CPU
 @pytest.mark.skipif(w4a16_cuda.cuda_build.nvcc() is None, reason="nvcc not installed")
-def test_xform_build_compiles_for_the_h100(tmp_path, monkeypatch):
+@pytest.mark.sm90_build("w4a16_xform")
+def test_xform_build_compiles_for_the_h100(sm90_library):
     """The opt-in build with the fused inputs compiles for sm_90a (no GPU needed) and exports its entry point."""
     import ctypes
 
-    monkeypatch.setenv("COMPRESS_KERNEL_CACHE", str(tmp_path))
-    lib = ctypes.CDLL(str(w4a16_cuda.compile_variant("90a", w4a16_cuda.DEFAULT_VARIANT, xform=True)))
+    lib = ctypes.CDLL(str(sm90_library))
     assert hasattr(lib, "w4a16_gemv_x") and "_xf_" in lib._name
 
 

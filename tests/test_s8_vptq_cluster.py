@@ -53,10 +53,10 @@ def test_declines_cpu_tensors():
 
 
 @pytest.mark.skipif(cuda_build.nvcc() is None, reason="nvcc not installed")
-def test_source_compiles_for_the_h100(tmp_path, monkeypatch):
+@pytest.mark.sm90_build("vptq_cluster")
+def test_source_compiles_for_the_h100(sm90_library):
     """Builds for sm_90a with this machine's nvcc (no GPU needed) and exports what the launcher binds."""
-    monkeypatch.setenv("COMPRESS_KERNEL_CACHE", str(tmp_path))
-    lib = ctypes.CDLL(str(vptq_cluster.compile_pair("90a", 13, 9)))
+    lib = ctypes.CDLL(str(sm90_library))
     assert lib.vptq_cluster_bits() == 1309
     lib.vptq_cluster_smem_bytes.restype = ctypes.c_long
     # Shared memory: main codebook (2^13 x 16 B) + 8 residual copies (2^9 x 16 B each); L1 path: 40 KB.

@@ -107,12 +107,13 @@ def test_row_tiles_and_default_buckets():
 
 
 @pytest.mark.skipif(w4a16_cuda.cuda_build.nvcc() is None, reason="nvcc not installed")
-def test_two_row_tile_build_compiles_for_the_h100(tmp_path, monkeypatch):
+@pytest.mark.sm90_build("w4a16_two_row_tiles")
+def test_two_row_tile_build_compiles_for_the_h100(sm90_library):
     """A two-row-tile variant builds for sm_90a (no GPU needed) and reports its rows, variant, M limit and the
     same shared-memory layout as the planner."""
-    monkeypatch.setenv("COMPRESS_KERNEL_CACHE", str(tmp_path))
-    name = WIDE[0]
-    lib = ctypes.CDLL(str(w4a16_cuda.compile_variant("90a", name)))
+    name = WIDE[0]  # the variant tests/sm90_builds.py builds
+    lib = ctypes.CDLL(str(sm90_library))
+    assert f"_{name}_" in lib._name
     warps, blocks, slots = w4a16_cuda.VARIANTS[name]
     assert lib.w4a16_gemv_variant() == 20000 + warps * 100 + blocks * 10 + slots
     assert lib.w4a16_gemv_rows_per_cta() == w4a16_cuda.rows_per_cta(name)

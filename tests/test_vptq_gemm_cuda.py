@@ -15,10 +15,10 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUD
 
 
 @pytest.mark.skipif(cuda_build.nvcc() is None, reason="nvcc not installed")
-def test_source_compiles_for_the_h100(tmp_path, monkeypatch):
+@pytest.mark.sm90_build("vptq_gemm")
+def test_source_compiles_for_the_h100(sm90_library):
     """Builds for sm_90a with this machine's nvcc (no GPU needed); the exported sizes are what the launcher assumes."""
-    monkeypatch.setenv("COMPRESS_KERNEL_CACHE", str(tmp_path))
-    lib = ctypes.CDLL(str(cuda_build.compile_library(vptq_gemm_cuda.SRC, "gemm", [], "90a", "t", "t")))
+    lib = ctypes.CDLL(str(sm90_library))
     vptq_gemm_cuda._bind(lib)
     # Main codebook room for every index, 8 residual copies; two CTAs fit an H100 SM at 4096 / 256 centroids.
     assert lib.vptq_gemm_smem_bytes(13, 9) == vptq_gemm_cuda.smem_bytes(13, 9) == (16 << 13) + (8 * 16 << 9)

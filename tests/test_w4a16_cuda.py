@@ -425,13 +425,13 @@ def test_runtime_offers_no_cuda_path_on_cpu():
 
 
 @pytest.mark.skipif(w4a16_cuda.cuda_build.nvcc() is None, reason="nvcc not installed")
-def test_source_compiles_for_the_h100(tmp_path, monkeypatch):
+@pytest.mark.sm90_build("w4a16")
+def test_source_compiles_for_the_h100(sm90_library):
     """The default variant builds for sm_90a with this machine's nvcc (no GPU needed) and exports the entry
     points the launcher binds."""
     import ctypes
 
-    monkeypatch.setenv("COMPRESS_KERNEL_CACHE", str(tmp_path))
-    lib = ctypes.CDLL(str(w4a16_cuda.compile_variant("90a", w4a16_cuda.DEFAULT_VARIANT)))
+    lib = ctypes.CDLL(str(sm90_library))
     warps, blocks, slots = w4a16_cuda.VARIANTS[w4a16_cuda.DEFAULT_VARIANT]
     assert lib.w4a16_gemv_variant() == warps * 100 + blocks * 10 + slots
     assert lib.w4a16_gemv_rows_per_cta() == 16 * warps

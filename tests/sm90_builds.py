@@ -1,0 +1,99 @@
+"""The CUDA C++ libraries the CPU tests build for the H100 (sm_90a) with this machine's nvcc, and their background build.
+
+Each build takes 10-115 s of one core on a 2-core CI machine, about a fifth of the whole suite, and nvcc leaves the
+test process idle meanwhile. So conftest starts one child process at the lowest CPU priority (`python -m
+tests.sm90_builds NAME...`) that builds the libraries the collected tests need, in the order they run, into one
+folder for the session, on whatever core the Python tests leave idle. A compile test asks for its library through
+`build(name)`, the same call: `kernels.cuda_build`'s lock file makes it wait for the child's nvcc if that build is
+running, find the library if it is done, or run nvcc itself if the child has not reached it (or failed: the test
+then reports nvcc's error). The tests check the same libraries as before; only when nvcc runs moves.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+ARCH = "90a"
+ENV = "COMPRESS_KERNEL_CACHE"
+
+
+def _i8_gemv() -> list[Path]:
+    from kernels import i8_gemv
+
+    return [i8_gemv.compile_variant(ARCH, name) for name in i8_gemv.VARIANTS]
+
+
+def _w4a16(xform: bool) -> Callable[[], Path]:
+    def build() -> Path:
+        from kernels import w4a16_cuda
+
+        return w4a16_cuda.compile_variant(ARCH, w4a16_cuda.DEFAULT_VARIANT, xform=xform)
+
+    return build
+
+
+def _w4a16_two_row_tiles() -> Path:
+    from kernels import w4a16_cuda
+
+    return w4a16_cuda.compile_variant(ARCH, sorted(w4a16_cuda.ROW_TILES)[0])
+
+
+def _vptq_gemm() -> Path:
+    from kernels import cuda_build, vptq_gemm_cuda
+
+    return cuda_build.compile_library(vptq_gemm_cuda.SRC, "gemm", [], ARCH, "vptq few-token CUDA kernel", "-")
+
+
+def _vptq_cluster() -> Path:
+    from kernels import vptq_cluster
+
+    return vptq_cluster.compile_pair(ARCH, 13, 9)
+
+
+BUILDS: dict[str, Callable[[], Path | list[Path]]] = {
+    "i8_gemv": _i8_gemv,  # every variant
+    "w4a16": _w4a16(False),  # the default variant
+    "w4a16_xform": _w4a16(True),  # the default variant with the fused input transforms
+    "w4a16_two_row_tiles": _w4a16_two_row_tiles,
+    "vptq_gemm": _vptq_gemm,
+    "vptq_cluster": _vptq_cluster,  # 8192 + 512 centroids
+}
+
+
+def build(name: str) -> Path | list[Path]:
+    """The library (libraries) of `name`, built into the folder in $COMPRESS_KERNEL_CACHE unless already there."""
+    return BUILDS[name]()
+
+
+class Background:
+    """The low-priority child building `names` into `folder` (a new temporary folder unless given)."""
+
+    def __init__(self, names: list[str], folder: Path | None = None):
+        self.folder = folder or Path(tempfile.mkdtemp(prefix="compress-sm90-"))
+        root = Path(__file__).resolve().parent.parent
+        env = {**os.environ, ENV: str(self.folder), "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+        # nice 19: the child gets the CPU only where the tests leave it idle, so it never slows a test down much
+        # (torch's threads spin-wait on a core taken from them). Own session: stop() ends nvcc's children too.
+        self.proc = subprocess.Popen([sys.executable, "-m", "tests.sm90_builds", *names], cwd=root, env=env,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     preexec_fn=lambda: os.nice(19), start_new_session=True)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+
+if __name__ == "__main__":
+    for arg in sys.argv[1:]:
+        try:
+            build(arg)
+        except Exception:  # the test that needs it builds it again and reports the error
+            pass
