@@ -27,7 +27,7 @@ def rel_err(a, b):
 
 
 @pytest.mark.parametrize("cfg", CONFIGS.values(), ids=CONFIGS.keys())
-@pytest.mark.parametrize("shape", [(1, 48, 256), (1, 40, 200), (2, 64, 96), (1, 33, 136), (3, 20, 1024)], ids=str)
+@pytest.mark.parametrize("shape", [(1, 48, 256), (1, 40, 200), (2, 64, 96), (1, 33, 136), (3, 20, 512)], ids=str)
 def test_iw_gives_the_value_word_gemv_bits(shape, cfg):
     # odd N, K not a multiple of 32 (a partial meta word: the masked loads) or of BW meta words, split-K, 2-3 tokens
     # Unsplit, the int32 dot is exact and scaled once: the value-word GEMV's bits. Split, each split's partial is
@@ -46,7 +46,7 @@ def test_iw_gives_the_value_word_gemv_bits(shape, cfg):
 
 @pytest.mark.parametrize("cfg", FW_CONFIGS.values(), ids=FW_CONFIGS.keys())
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("shape", [(1, 48, 256), (1, 40, 200), (2, 64, 96), (1, 33, 136), (3, 20, 1024)], ids=str)
+@pytest.mark.parametrize("shape", [(1, 48, 256), (1, 40, 200), (2, 64, 96), (1, 33, 136), (3, 20, 512)], ids=str)
 def test_fw_matches_the_reference(shape, dtype, cfg):
     # odd N, K not a multiple of 16 (a partial quad: the masked loads), split-K, 2-3 tokens; fp32 sums in another
     # order than the value-word GEMV's, so a tolerance rather than its bits
