@@ -1,7 +1,7 @@
 """The CUDA C++ libraries the CPU tests build for the H100 (sm_90a) with this machine's nvcc, and their background build.
 
 Each build takes 10-115 s of one core on a 2-core CI machine, about a fifth of the whole suite, and nvcc leaves the
-test process idle meanwhile. So conftest starts one child process at the lowest CPU priority (`python -m
+test process idle meanwhile. So conftest starts one child process in Linux's idle scheduling class (`python -m
 tests.sm90_builds NAME...`) that builds the libraries the collected tests need, in the order they run, into one
 folder for the session, on whatever core the Python tests leave idle. A compile test asks for its library through
 `build(name)`, the same call: `kernels.cuda_build`'s lock file makes it wait for the child's nvcc if that build is
@@ -71,6 +71,13 @@ def build(name: str) -> Path | list[Path]:
     return BUILDS[name]()
 
 
+def _lowest_priority() -> None:
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):
+        os.nice(19)
+
+
 class Background:
     """The low-priority child building `names` into `folder` (a new temporary folder unless given)."""
 
@@ -79,11 +86,13 @@ class Background:
         root = Path(__file__).resolve().parent.parent
         env = {**os.environ, ENV: str(self.folder), "PYTHONPATH": os.pathsep.join(
             filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
-        # nice 19: the child gets the CPU only where the tests leave it idle, so it never slows a test down much
-        # (torch's threads spin-wait on a core taken from them). Own session: stop() ends nvcc's children too.
+        # The idle scheduling class (nice 19 where there is none): the child and its nvcc get a core only when no test
+        # thread wants it. Under plain nice 19 the torch-heavy tests still lost time to it (session 23: the ctrl-C
+        # test 14 -> 36 s), torch's OpenMP threads waiting for a core the compiler held. Own session: stop() ends
+        # nvcc's children too.
         self.proc = subprocess.Popen([sys.executable, "-m", "tests.sm90_builds", *names], cwd=root, env=env,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                     preexec_fn=lambda: os.nice(19), start_new_session=True)
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_lowest_priority,
+                                     start_new_session=True)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
