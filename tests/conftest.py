@@ -63,6 +63,41 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
 def pytest_configure(config):
     config.addinivalue_line("markers", "sm90_build(name): builds tests.sm90_builds.BUILDS[name] with nvcc (the "
                                        "`sm90_library` fixture); conftest starts those builds in the background")
+    _patch_triton_interpreter_once()
+
+
+def _patch_triton_interpreter_once() -> None:
+    """Triton's CPU interpreter (3.6) re-patches all of triton.language -- `inspect.getmembers` over three modules,
+    a new closure per builtin -- at every call of a @triton.jit helper inside a kernel, though the kernel's launch has
+    already patched it and restores it when the grid is done. Our kernels call helpers in their inner loops, so that
+    re-patching was about a fifth of an interpreted test's time. Here a helper's call skips it when triton.language is
+    already patched (the same builder, so the same semantics); a kernel launch still patches and restores. Nothing
+    changes where the interpreter is off or its internals differ from what this expects."""
+    import inspect
+
+    import kernels  # noqa: F401  (first: decides interpreter-or-compiler before triton is imported)
+
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        return
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    patch = getattr(interpreter, "_patch_lang", None)
+    if patch is None or getattr(patch, "patched_once", False) or not hasattr(tl.core, "is_builtin"):
+        return
+
+    class _Unchanged:
+        def restore(self) -> None:
+            pass
+
+    def patch_lang(fn):
+        langs = [v for v in fn.__globals__.values() if inspect.ismodule(v) and v in (tl, tl.core)]
+        if langs and not any(tl.core.is_builtin(getattr(lang, "load", None)) for lang in langs):
+            return _Unchanged()  # inside a launch: already patched
+        return patch(fn)
+
+    patch_lang.patched_once = True
+    interpreter._patch_lang = patch_lang
 
 
 def pytest_collection_finish(session):
