@@ -125,8 +125,8 @@ def pytest_sessionfinish(session):
 
 @pytest.fixture
 def sm90_library(request, monkeypatch, tmp_path):
-    """The library of the test's `sm90_build` marker, from the session's background folder (or built now in the
-    test's own folder when none runs, e.g. under `--collect-only` tooling)."""
+    """The library of the test's `sm90_build` marker, from the session's background folder (built now, in the test's
+    own folder, if no background build was started)."""
     from tests import sm90_builds
 
     background = getattr(request.config, "_sm90_background", None)
