@@ -51,10 +51,14 @@ def _bind(so: ctypes.CDLL) -> None:
     so.vptq_gemm_smem_bytes.argtypes = [i, i]
 
 
+def compile_for(arch_code: str) -> Path:
+    """Build (or find cached) the library for an architecture code such as "90a"."""
+    return cuda_build.compile_library(SRC, "gemm", [], arch_code, "vptq few-token CUDA kernel", "using the Triton kernel")
+
+
 def build(device: torch.device) -> ctypes.CDLL:
     arch = cuda_build.arch(device)
-    return _libraries.get(arch, lambda: cuda_build.compile_library(SRC, "gemm", [], arch, "vptq few-token CUDA kernel",
-                                                                   "using the Triton kernel"))
+    return _libraries.get(arch, lambda: compile_for(arch))
 
 
 def smem_bytes(index_bits: int, res_bits: int) -> int:

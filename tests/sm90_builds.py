@@ -45,9 +45,9 @@ def _w4a16_two_row_tiles() -> Path:
 
 
 def _vptq_gemm() -> Path:
-    from kernels import cuda_build, vptq_gemm_cuda
+    from kernels import vptq_gemm_cuda
 
-    return cuda_build.compile_library(vptq_gemm_cuda.SRC, "gemm", [], ARCH, "vptq few-token CUDA kernel", "-")
+    return vptq_gemm_cuda.compile_for(ARCH)
 
 
 def _vptq_cluster() -> Path:
