@@ -53,6 +53,20 @@ def stories_tokenizer(stories_dir):
     return AutoTokenizer.from_pretrained(stories_dir)
 
 
+def w8a8_gemv_16_rows_on_cpu(monkeypatch) -> None:
+    """On the CPU, plan the one-token W8A8 GEMV at 16 output rows a program. Triton's interpreter runs a grid one
+    program at a time, and the plan for 132 SMs gives the tests' 64-512-row layers 2 rows a program (224 programs a
+    call); 16 rows a program is the same kernel and math in 8x fewer programs (the prequantized-decode test took
+    104-152 s on the 2-core CI machine before, nearly all of it there). The GPU keeps the real plan."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    import kernels.w8a8 as kw8
+
+    monkeypatch.setattr(kw8, "_gemv_rows", lambda n, device, cap=16: cap)
+
+
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
     """Each test session gets its own baseline-perplexity cache."""

@@ -16,7 +16,8 @@ import torch
 
 from compress.errors import CompressError
 from compress.runtime.spec import LayerSpec
-from tests.conftest import needs_triton, triton_interpreter_works  # noqa: F401 (the skip condition names it)
+from tests.conftest import needs_triton, w8a8_gemv_16_rows_on_cpu
+from tests.conftest import triton_interpreter_works  # noqa: F401 (the skip condition names it)
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -158,13 +159,7 @@ def test_fast_path_w8a8_down_candidates_agree(monkeypatch):
     from compress.runtime.formats_ct import CTW8A8Linear
     from kernels.w8a8 import quantize_weight_per_channel
 
-    if DEV == "cpu":
-        # As in test_runtime_formats' prequantized-decode test: the interpreter runs a grid one program at a time, and
-        # the one-token W8A8 GEMV planned for 132 SMs gives these 96-256-row layers 2 rows a program. 16 rows a
-        # program is the same kernel and math in 8x fewer programs.
-        import kernels.w8a8 as kw8
-
-        monkeypatch.setattr(kw8, "_gemv_rows", lambda n, device, cap=16: cap)
+    w8a8_gemv_16_rows_on_cpu(monkeypatch)
     model = _tiny("llama").half().to(DEV)
     for layer in model.model.layers:  # every Linear of the blocks -> W8A8 on the kernel backend
         for parent, names in ((layer.self_attn, ("q_proj", "k_proj", "v_proj", "o_proj")),

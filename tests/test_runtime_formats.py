@@ -18,7 +18,7 @@ import kernels  # noqa: F401  (first: on CPU it turns Triton's interpreter on be
 import compress.runtime as rt
 from compress.errors import CompressError
 from compress.runtime.ct_pack import pack_int32, unpack_int32
-from tests.conftest import STORIES as STORIES_DIR
+from tests.conftest import STORIES as STORIES_DIR, w8a8_gemv_16_rows_on_cpu
 
 STORIES = str(STORIES_DIR)
 
@@ -288,13 +288,7 @@ def test_w8a8_prequantized_decode_matches_the_kernel_path(checkpoints, monkeypat
     from compress.runtime import fastpath
 
     dev = "cuda" if torch.cuda.is_available() else "cpu"
-    if dev == "cpu":
-        # Triton's interpreter runs a grid one program at a time: the one-token W8A8 GEMV planned for 132 SMs gives
-        # these 64-512-row layers 2 rows a program (224 programs a call). 16 rows a program is the same kernel and
-        # math in 8x fewer programs (this test took 104-152 s on the 2-core CI machine, nearly all of it there).
-        import kernels.w8a8 as kw8
-
-        monkeypatch.setattr(kw8, "_gemv_rows", lambda n, device, cap=16: cap)
+    w8a8_gemv_16_rows_on_cpu(monkeypatch)
     ker = rt.load(checkpoints["w8a8"], device=dev, dtype="float16", backend="kernel")
     every = _EveryPath(tol=2e-2, pick=-1)  # return the int8 GEMV's output: it feeds the next layer
     monkeypatch.setattr(fastpath, "TABLE", every)
