@@ -29,6 +29,12 @@ def _i8_gemv() -> list[Path]:
     return [i8_gemv.compile_variant(ARCH, name) for name in i8_gemv.VARIANTS]
 
 
+def _sp24_w16_gemv() -> list[Path]:
+    from kernels import sp24_w16_gemv
+
+    return [sp24_w16_gemv.compile_variant(ARCH, name) for name in sp24_w16_gemv.VARIANTS]
+
+
 def _w4a16(xform: bool) -> Callable[[], Path]:
     def build() -> Path:
         from kernels import w4a16_cuda
@@ -58,6 +64,7 @@ def _vptq_cluster() -> Path:
 
 BUILDS: dict[str, Callable[[], Path | list[Path]]] = {
     "i8_gemv": _i8_gemv,  # every variant
+    "sp24_w16_gemv": _sp24_w16_gemv,  # every variant
     "w4a16": _w4a16(False),  # the default variant
     "w4a16_xform": _w4a16(True),  # the default variant with the fused input transforms
     "w4a16_two_row_tiles": _w4a16_two_row_tiles,

@@ -345,7 +345,8 @@ def _sparse24_layer(n: int, k: int, base_format: str = "dense"):
 
     spec = LayerSpec(name=f"bench.sparse24.{n}x{k}", format="compress.sparse24", in_features=k, out_features=n,
                      args={"version": 1, "base_format": base_format})
-    return lambda q: Sparse24Linear(spec, torch.float16, q["values"], q["meta"], q.get("w_scale"), q.get("meta_frag"))
+    return lambda q: Sparse24Linear(spec, torch.float16, q["values"], q["meta"], q.get("w_scale"), q.get("meta_frag"),
+                                    q.get("meta_frag_w16"))
 
 
 def run_sparse24(copy_gbs: float, quick: bool, method: str = DEFAULT_METHOD) -> list[dict]:
@@ -381,10 +382,11 @@ def run_sparse24(copy_gbs: float, quick: bool, method: str = DEFAULT_METHOD) -> 
                              pathtable_us=o["runtime_us"]))
         del p, w, semi
         q = make_sparse24(n, k, torch.int8, "cuda", seed=n * 3 + k)
-        if k % 128 == 0:  # the int8 CUDA GEMV's metadata registers, built here: the timed layers are made in a capture
-            from kernels.i8_gemv import pack_meta_fragments
+        if k % 128 == 0:  # the CUDA GEMVs' metadata registers, built here: the timed layers are made in a capture
+            from kernels import i8_gemv, sp24_w16_gemv
 
-            q["meta_frag"] = pack_meta_fragments(q["meta"], n, k)
+            q["meta_frag"] = i8_gemv.pack_meta_fragments(q["meta"], n, k)
+            q["meta_frag_w16"] = sp24_w16_gemv.pack_meta_fragments(q["meta"], n, k)
         qbytes = q["values"].numel() + q["meta"].numel() * 4 + 4 * n
         w = _dense(n, k)
         # The int8 values as W8A8 (quantized activations), then weight-only (W8A16, session 17), each against the

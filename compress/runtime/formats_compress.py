@@ -150,9 +150,11 @@ class Sparse24Linear(QuantLinear):
         return (self.int8, self.w8a16)
 
     def __init__(self, spec: LayerSpec, dtype: torch.dtype, values: torch.Tensor, meta: torch.Tensor,
-                 w_scale: torch.Tensor | None, meta_frag: torch.Tensor | None = None):
-        """meta_frag: the int8 CUDA GEMV's metadata registers for this meta (kernels.i8_gemv.pack_meta_fragments),
-        when the caller built them already (the kernel benchmark, whose layers are made inside a CUDA graph capture);
+                 w_scale: torch.Tensor | None, meta_frag: torch.Tensor | None = None,
+                 meta_frag_w16: torch.Tensor | None = None):
+        """meta_frag / meta_frag_w16: the metadata registers of the CUDA GEMVs on the sparse tensor cores for this meta
+        (kernels.i8_gemv.pack_meta_fragments for W8A8, kernels.sp24_w16_gemv.pack_meta_fragments for W8A16), when
+        the caller built them already (the kernel benchmark, whose layers are made inside a CUDA graph capture);
         otherwise they are built on the first GPU call that can use them."""
         super().__init__(spec, dtype)
         n, k = spec.out_features, spec.in_features
@@ -170,6 +172,7 @@ class Sparse24Linear(QuantLinear):
         self.register_buffer("meta", meta)
         self.register_buffer("w_scale", None if w_scale is None else w_scale.reshape(-1).float())
         self._frag = None if meta_frag is None else (self._frag_key(), meta_frag)
+        self._frag16 = None if meta_frag_w16 is None else (self._frag_key(), meta_frag_w16)
 
     @classmethod
     def from_checkpoint(cls, spec, tensors, *, device, dtype):
@@ -217,16 +220,24 @@ class Sparse24Linear(QuantLinear):
     def _frag_key(self):
         return (self.meta.data_ptr(), tuple(self.meta.shape), self.meta.device)
 
-    def _meta_fragments(self) -> torch.Tensor | None:
-        """The metadata in the int8 CUDA GEMV's register order, built once per meta tensor (a fused or moved layer
-        has a new one); never inside a CUDA graph capture (None then: the path is not offered)."""
-        if self._frag is not None and self._frag[0] == self._frag_key():
-            return self._frag[1]
+    def _fragments(self, attr: str, module: str) -> torch.Tensor | None:
+        """The metadata in the register order of the CUDA GEMV `kernels.<module>`, built once per meta tensor (a fused
+        or moved layer has a new one) and kept in `attr`; never inside a CUDA graph capture (None then: the path is
+        not offered)."""
+        held = getattr(self, attr)
+        if held is not None and held[0] == self._frag_key():
+            return held[1]
         if self.meta.device.type != "cuda" or torch.cuda.is_current_stream_capturing():
             return None
-        frag = kb.kernel_module("i8_gemv").pack_meta_fragments(self.meta, self.out_features, self.in_features)
-        self._frag = (self._frag_key(), frag)
+        frag = kb.kernel_module(module).pack_meta_fragments(self.meta, self.out_features, self.in_features)
+        setattr(self, attr, (self._frag_key(), frag))
         return frag
+
+    def _meta_fragments(self) -> torch.Tensor | None:
+        return self._fragments("_frag", "i8_gemv")
+
+    def _meta_fragments_w16(self) -> torch.Tensor | None:
+        return self._fragments("_frag16", "sp24_w16_gemv")
 
     def kernel_paths(self, x2d):
         # Dense temporary, then the same math: cuBLAS for fp16 values; for int8 values the dense W8A8
@@ -234,8 +245,18 @@ class Sparse24Linear(QuantLinear):
         paths = [("kernel", partial(self.kernel, x2d))]
         if self.w8a16:  # dequantized dense temporary (int8 values times the channel scale, in x's dtype), then cuBLAS
             k = kb.kernel_module("sparse24")
-            return paths + [("dequant+cublas", lambda: torch.nn.functional.linear(
-                x2d, k.dequantize_w8a16_sparse24(self.values, self.meta, self.in_features, self.w_scale, x2d.dtype)))]
+            paths.append(("dequant+cublas", lambda: torch.nn.functional.linear(
+                x2d, k.dequantize_w8a16_sparse24(self.values, self.meta, self.in_features, self.w_scale, x2d.dtype))))
+            if self.in_features % 128 == 0 and kb.unavailable(x2d.device, "sp24_w16_gemv", "supports") is None:
+                # 1..8 tokens (session 24): the sparse tensor cores (mma.sp) through kernels/sp24_w16_gemv.py. The token
+                # count is checked first: packing the metadata is for calls that can use it.
+                spw = kb.kernel_module("sp24_w16_gemv")
+                frag = self._meta_fragments_w16() if spw.enabled() and x2d.shape[0] <= spw.MAX_M else None
+                for var in spw.RUNTIME_VARIANTS if frag is not None else ():  # one path a build: speed depends on shape
+                    if spw.supports(x2d, self.values, self.w_scale, frag, var):
+                        paths.append((f"cuda_sp24_w16_{var}", partial(spw.sparse24_w8a16_gemv, x2d, self.values, frag,
+                                                                       self.w_scale, variant=var)))
+            return paths
         if not self.int8:
             k = kb.kernel_module("sparse24")
             # other tilings whose speed depends on the layer's shape (kernels.sparse24.alternative_configs)
