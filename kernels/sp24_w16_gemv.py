@@ -34,13 +34,17 @@ from kernels import cuda_build
 SRC = Path(__file__).resolve().parent / "csrc" / "sp24_w16_gemv.cu"
 MAX_M = 8  # one mma n-tile of tokens
 CHUNK_K = 128  # k per chunk: 64 value bytes of a row, four mma k-steps of 32
-# Build variants: name -> (warps per CTA, chunks of weights in flight per warp). A CTA owns 16 rows per warp.
-VARIANTS = {"w8d2": (8, 2), "w4d2": (4, 2), "w8d3": (8, 3), "w8d4": (8, 4)}
-DEFAULT_VARIANT = "w8d2"
+# Build variants: name -> (warps per CTA, warps per 16-row tile, chunks of weights in flight per warp). A CTA owns
+# 16 x warps / (warps per tile) rows; the warps of a tile split its chunks (the .cu header).
+VARIANTS = {"w8d2": (8, 1, 2), "w8d3": (8, 1, 3), "w8d4": (8, 1, 4), "w8k8d2": (8, 8, 2), "w8k4d2": (8, 4, 2),
+            "w4k4d2": (4, 4, 2)}
+DEFAULT_VARIANT = "w8k4d2"
 # The builds the runtime offers (one path each; its PathTable times them against the Triton GEMV per layer and M).
-# Session 24, call 3 (H100, rotate timing, one token, us): w8d2 is the fastest on 8B down (17.5), 70B q/o (19.4) and the
-# 70B MLP layers (68.6-68.9); w8d3 on 8B gate/up (17.3) and the k/v layers (5.0, 6.0); w8d4 on 8B q/o (7.1).
-RUNTIME_VARIANTS = ("w8d2", "w8d3", "w8d4")
+# Session 24, call 6 (H100, rotate timing, us; bench/results/h100/kernels_s24/README.md): at one token the builds
+# whose warps share a tile stream the large layers far faster (70B gate/up 68.8 with one warp a tile -> 54.4 with 4,
+# 55.1 with 8; 8B gate/up 17.3 -> 14.7); at 8 tokens, where every CTA stages 8 tokens of x, one warp a tile wins
+# (8B down 21.3 with w8d4 against 30.9 with w8k4d2).
+RUNTIME_VARIANTS = ("w8k4d2", "w8k8d2", "w8d2", "w8d4")
 # waves = CTAs launched / CTAs resident at once (`plan`); 1 keeps every CTA resident from the start.
 DEFAULT_WAVES = 1.0
 STAGED_BYTES = 64 * 1024  # staged activations per CTA at most (256 bytes per chunk and token)
@@ -52,6 +56,19 @@ _RC = {-1: "M outside 1..8", -3: "bad split-K plan", -4: "shared memory over the
 
 def enabled() -> bool:
     return os.environ.get("COMPRESS_SP24_W16", "1") != "0"
+
+
+def runtime_variants() -> tuple[str, ...]:
+    """The builds the runtime offers: COMPRESS_SP24_W16_VARIANTS (comma list of `VARIANTS` names) or RUNTIME_VARIANTS."""
+    v = os.environ.get("COMPRESS_SP24_W16_VARIANTS")
+    if not v:
+        return RUNTIME_VARIANTS
+    names = tuple(n.strip() for n in v.split(",") if n.strip())
+    bad = [n for n in names if n not in VARIANTS]
+    if bad or not names:
+        raise CompressError(f"COMPRESS_SP24_W16_VARIANTS={v!r} names no build or unknown ones {bad}; pick from "
+                            f"{sorted(VARIANTS)} or unset it")
+    return names
 
 
 def pdl_mode() -> int:
@@ -137,9 +154,14 @@ def unpack_meta_fragments(frag: torch.Tensor, n: int, k: int, layout: torch.Tens
 
 # ------------------------------------------------------------------------------------------------ build
 def compile_variant(arch_code: str, name: str) -> Path:
-    warps, depth = VARIANTS[name]
-    return cuda_build.compile_library(SRC, name, [f"-DSPW_WARPS={warps}", f"-DSPW_DEPTH={depth}"], arch_code,
-                                      "W8A16 2:4 CUDA GEMV", "the Triton kernels serve instead")
+    warps, kw, depth = VARIANTS[name]
+    return cuda_build.compile_library(SRC, name, [f"-DSPW_WARPS={warps}", f"-DSPW_KW={kw}", f"-DSPW_DEPTH={depth}"],
+                                      arch_code, "W8A16 2:4 CUDA GEMV", "the Triton kernels serve instead")
+
+
+def rows_per_cta(name: str) -> int:
+    warps, kw, _ = VARIANTS[name]
+    return 16 * (warps // kw)
 
 
 def _bind(so: ctypes.CDLL) -> None:
@@ -169,9 +191,9 @@ def plan(n: int, k: int, m: int, sms: int, name: str, waves: float = DEFAULT_WAV
     """(per, split): chunks per CTA and K ranges. The split aims at `waves` x the CTAs resident at once, so that every
     SM keeps weight requests in flight; each extra range costs an fp32 partial per output and token."""
     kc = k // CHUNK_K
-    groups = -(-(-(-n // 16)) // VARIANTS[name][0])
+    groups = -(-n // rows_per_cta(name))
     want = max(1, int(sms * max(1, ctas_per_sm) * waves))
-    split = max(1, min(kc, want // groups))
+    split = max(1, min(max(1, kc // VARIANTS[name][1]), want // groups))  # each warp of a tile keeps a chunk
     per = -(-kc // split)
     per = max(1, min(per, STAGED_BYTES // (256 * m)))
     return per, -(-kc // per)
@@ -230,7 +252,7 @@ def supports(x2: torch.Tensor, values: torch.Tensor, w_scale: torch.Tensor, meta
     for a malformed COMPRESS_SP24_W16_PDL."""
     if not enabled():
         return False
-    pdl_mode()  # a malformed setting is the user's to fix, not a path to drop silently
+    pdl_mode(), runtime_variants()  # a malformed setting is the user's to fix, not a path to drop silently
     m = x2.numel() // max(1, x2.shape[-1])
     if x2.device.type != "cuda" or not 1 <= m <= MAX_M:
         return False
@@ -253,8 +275,7 @@ def launch(x2: torch.Tensor, values: torch.Tensor, meta_frag: torch.Tensor, w_sc
     bf16 = x2.dtype == torch.bfloat16
     per, s = split or plan_for(x2.device, lib, name, n, k, m, bf16, waves)
     pdl = pdl_mode() if pdl is None else int(pdl)
-    rows = 16 * VARIANTS[name][0]
-    ws, cnt = _workspace.get(x2.device, s * m * n if s > 1 else 0, -(-n // rows))
+    ws, cnt = _workspace.get(x2.device, s * m * n if s > 1 else 0, -(-n // rows_per_cta(name)))
     flags = {0: 0, 1: 1, 2: 3}[pdl] | (8 if bf16 else 0)
     ldx = x2.stride(0) if m > 1 else k  # one row: its stride is never read
     rc = lib.sp24_w16_gemv(x2.data_ptr(), ldx, values.data_ptr(), meta_frag.data_ptr(), w_scale.data_ptr(),

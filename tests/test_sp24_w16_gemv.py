@@ -147,11 +147,11 @@ def test_source_compiles_for_the_h100(sm90_library):
     import ctypes
 
     assert len(sm90_library) == len(spw.VARIANTS)
-    for path, (name, (warps, depth)) in zip(sm90_library, spw.VARIANTS.items()):
+    for path, (name, (warps, kw, depth)) in zip(sm90_library, spw.VARIANTS.items()):
         lib = ctypes.CDLL(str(path))
         spw._bind(lib)
-        assert lib.sp24_w16_variant() == warps * 10 + depth
-        assert lib.sp24_w16_rows_per_cta() == 16 * warps
+        assert lib.sp24_w16_variant() == warps * 100 + kw * 10 + depth
+        assert lib.sp24_w16_rows_per_cta() == spw.rows_per_cta(name) == 16 * warps // kw
         for per, m in [(1, 1), (13, 3), (64, 1), (32, 8)]:
             assert lib.sp24_w16_smem_bytes(per, m) == per * 256 * m
 
@@ -178,10 +178,18 @@ def test_an_unknown_variant_is_an_error():
                                 variant="w9d9")
 
 
-def test_a_malformed_setting_is_an_error_not_a_silently_dropped_path(monkeypatch):
-    monkeypatch.setenv("COMPRESS_SP24_W16_PDL", "3")
-    with pytest.raises(CompressError, match="COMPRESS_SP24_W16_PDL='3'.*unset it or pick one"):
+@pytest.mark.parametrize("name,value,says", [("COMPRESS_SP24_W16_PDL", "3", "unset it or pick one"),
+                                             ("COMPRESS_SP24_W16_VARIANTS", "w8d2,w9", r"unknown ones \['w9'\]")])
+def test_a_malformed_setting_is_an_error_not_a_silently_dropped_path(monkeypatch, name, value, says):
+    monkeypatch.setenv(name, value)
+    with pytest.raises(CompressError, match=f"{name}={value!r}.*{says}"):
         spw.supports(torch.zeros(1, 256).half(), torch.zeros(64, 128, dtype=torch.int8), torch.ones(64), None)
+
+
+def test_the_offered_builds_can_be_chosen(monkeypatch):
+    assert spw.runtime_variants() == spw.RUNTIME_VARIANTS
+    monkeypatch.setenv("COMPRESS_SP24_W16_VARIANTS", "w8k8d2, w4k4d2")
+    assert spw.runtime_variants() == ("w8k8d2", "w4k4d2")
 
 
 def w8a16_24_layer(n, k, values, meta, w_scale, **kw):
@@ -237,8 +245,9 @@ def test_matches_reference(dtype, n, k):
 @gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 def test_every_variant_and_launch_mode_gives_the_same_bytes_for_a_split(dtype):
-    """A split (per, S) fixes the order of every sum: any variant (warps, depth) and launch mode gives the same bytes;
-    another split agrees to rounding. Odd N (a part-filled last tile), a row stride past K."""
+    """A split (per, S) and the warps a tile (which chunks each warp adds) fix the order of every sum: any variant
+    with those (depth, tiles a CTA) and launch mode gives the same bytes; another split agrees to rounding. Odd N (a
+    part-filled last tile), a row stride past K."""
     from kernels.sparse24 import sparse24_w8a16_linear_ref
 
     n, k = 1000, 2048
@@ -250,10 +259,11 @@ def test_every_variant_and_launch_mode_gives_the_same_bytes_for_a_split(dtype):
         x = xx[:, :k]  # rows k + 64 apart
         ref = sparse24_w8a16_linear_ref(x, q["values"], q["meta"], q["w_scale"])
         for split in ((kc, 1), (1, kc), (3, -(-kc // 3))):
-            outs = [spw.launch(x, q["values"], frag, q["w_scale"], name=name, pdl=pdl, split=split)
-                    for name in sorted(spw.VARIANTS) for pdl in (0, 1, 2)]
-            assert all(torch.equal(o, outs[0]) for o in outs[1:]), f"M={m} split={split}"
-            assert rel_err(outs[0], ref) < TOL
+            for kw in sorted({v[1] for v in spw.VARIANTS.values()}):
+                outs = [spw.launch(x, q["values"], frag, q["w_scale"], name=name, pdl=pdl, split=split)
+                        for name in sorted(spw.VARIANTS) if spw.VARIANTS[name][1] == kw for pdl in (0, 1, 2)]
+                assert all(torch.equal(o, outs[0]) for o in outs[1:]), f"M={m} split={split} warps a tile {kw}"
+                assert rel_err(outs[0], ref) < TOL
 
 
 @gpu
@@ -280,7 +290,7 @@ def test_runtime_w8a16_2_4_layer_offers_and_agrees_with_the_cuda_path():
     n, k = 512, 1024
     q = make_sparse24(n, k, torch.int8, "cuda", seed=2)
     sp = w8a16_24_layer(n, k, q["values"], q["meta"], q["w_scale"])
-    names = [f"cuda_sp24_w16_{var}" for var in spw.RUNTIME_VARIANTS]
+    names = [f"cuda_sp24_w16_{var}" for var in spw.runtime_variants()]
     for m in (1, 4, 8, 9):
         x = torch.randn(m, k, device="cuda").half()
         paths = dict(sp.kernel_paths(x))

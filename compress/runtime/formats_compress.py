@@ -252,7 +252,7 @@ class Sparse24Linear(QuantLinear):
                 # count is checked first: packing the metadata is for calls that can use it.
                 spw = kb.kernel_module("sp24_w16_gemv")
                 frag = self._meta_fragments_w16() if spw.enabled() and x2d.shape[0] <= spw.MAX_M else None
-                for var in spw.RUNTIME_VARIANTS if frag is not None else ():  # one path a build: speed depends on shape
+                for var in spw.runtime_variants() if frag is not None else ():  # a path a build: speed follows shape
                     if spw.supports(x2d, self.values, self.w_scale, frag, var):
                         paths.append((f"cuda_sp24_w16_{var}", partial(spw.sparse24_w8a16_gemv, x2d, self.values, frag,
                                                                        self.w_scale, variant=var)))

@@ -31,10 +31,12 @@
 // (0x64XX = 1024 + byte) and one HSUB2 of 1152 leaves b, exact. bf16 (8-bit significand, too narrow for that trick):
 // each byte to fp32 (I2F.S8) and pairs to bf16x2, exact for |b| <= 128.
 //
-// Work: CTA = WARPS warps, warp w = the 16-row tile blockIdx.x * WARPS + w, all over the CTA's K range of `per`
-// chunks (grid.y = S ranges). S > 1: each CTA stores fp32 partials to a workspace and the last CTA of its row group to
-// arrive (counter) sums the S partials in split order, scales, writes y and resets the counter (CUDA-graph safe,
-// and the same bytes whatever the arrival order).
+// Work: CTA = WARPS warps over a K range of `per` chunks (grid.y = S ranges) and WARPS / KW 16-row tiles; the KW warps
+// of a tile take every KW-th chunk of the range (KW = 1: one warp a tile, all of the range) and add their sums in warp
+// order through shared memory. KW > 1 keeps fewer rows in flight per SM, each read KW x 64 contiguous bytes at a time,
+// and needs fewer K ranges to fill the GPU. S > 1: each CTA stores fp32 partials to a workspace and the last CTA of
+// its row group to arrive (counter) sums the S partials in split order, scales, writes y and resets the counter
+// (CUDA-graph safe, and the same bytes whatever the arrival order).
 //
 // Programmatic dependent launch (flag bit 0): the kernel may start while the kernel before it drains; with bit 1
 // ("early") its first DEPTH chunks of weights are requested before `griddepcontrol.wait` (the weights must not be
@@ -53,12 +55,18 @@
 #ifndef SPW_DEPTH
 #define SPW_DEPTH 2
 #endif
+#ifndef SPW_KW
+#define SPW_KW 1
+#endif
 
 namespace {
 
 constexpr int WARPS = SPW_WARPS;
 constexpr int THREADS = 32 * WARPS;
-constexpr int ROWS = 16 * WARPS;  // output rows per CTA
+constexpr int KW = SPW_KW;                // warps sharing one 16-row tile, each every KW-th chunk of the CTA's range
+constexpr int TILES = WARPS / KW;         // 16-row tiles per CTA
+constexpr int ROWS = 16 * TILES;          // output rows per CTA
+static_assert(KW >= 1 && WARPS % KW == 0, "KW must divide WARPS");
 constexpr int DEPTH = SPW_DEPTH;  // chunks of weights in flight per warp
 constexpr int MAX_M = 8;          // one mma n-tile of tokens
 constexpr int CHUNK_K = 128;      // k per chunk: 64 value bytes a row, 4 k-steps of 32
@@ -180,15 +188,17 @@ __global__ void __launch_bounds__(THREADS, MIN_CTAS) sp24_w16_kernel(const Args 
   __shared__ bool last;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int r16 = (a.N + 15) >> 4;
-  const int tile = blockIdx.x * WARPS + warp;
+  const int tile = blockIdx.x * TILES + warp / KW, kq = warp % KW;
   const int c0 = blockIdx.y * a.per, nc = min(a.kc, c0 + a.per) - c0;
-  const int ncw = tile < r16 ? nc : 0;  // a row group's last CTA may hold fewer tiles than warps
+  // This warp's chunks of the range: kq, kq + KW, ... (none for a tile past N: a CTA's last tiles may not exist)
+  const int ncw = (tile < r16 && kq < nc) ? (nc - kq + KW - 1) / KW : 0;
   const int tl = min(tile, r16 - 1);
   const int row0 = min(16 * tl + g, a.N - 1), row1 = min(16 * tl + g + 8, a.N - 1);
   const size_t vrow = (size_t)a.K / 2;
-  const int8_t* p0 = a.v + row0 * vrow + (size_t)c0 * 64 + 16 * t;
-  const int8_t* p1 = a.v + row1 * vrow + (size_t)c0 * 64 + 16 * t;
-  const uint2* pm = a.meta + ((size_t)tl * a.kc + c0) * 32 + lane;
+  const int8_t* p0 = a.v + row0 * vrow + (size_t)(c0 + kq) * 64 + 16 * t;
+  const int8_t* p1 = a.v + row1 * vrow + (size_t)(c0 + kq) * 64 + 16 * t;
+  const uint2* pm = a.meta + ((size_t)tl * a.kc + c0 + kq) * 32 + lane;
+  constexpr int VSTEP = 64 * KW, MSTEP = 32 * KW;  // bytes of a row / metadata words from one of its chunks to the next
   const uint64_t pol = evict_first_policy();
 
   uint4 va[DEPTH], vb[DEPTH];
@@ -197,9 +207,9 @@ __global__ void __launch_bounds__(THREADS, MIN_CTAS) sp24_w16_kernel(const Args 
 #pragma unroll
     for (int d = 0; d < DEPTH; ++d) {
       if (d < ncw) {
-        va[d] = ld_stream16(p0 + 64 * d, pol);
-        vb[d] = ld_stream16(p1 + 64 * d, pol);
-        vm[d] = ld_stream8(pm + 32 * d, pol);
+        va[d] = ld_stream16(p0 + VSTEP * d, pol);
+        vb[d] = ld_stream16(p1 + VSTEP * d, pol);
+        vm[d] = ld_stream8(pm + MSTEP * d, pol);
       }
     }
   }
@@ -208,9 +218,9 @@ __global__ void __launch_bounds__(THREADS, MIN_CTAS) sp24_w16_kernel(const Args 
 #pragma unroll
     for (int d = 0; d < DEPTH; ++d) {
       if (d < ncw) {
-        va[d] = ld_stream16(p0 + 64 * d, pol);
-        vb[d] = ld_stream16(p1 + 64 * d, pol);
-        vm[d] = ld_stream8(pm + 32 * d, pol);
+        va[d] = ld_stream16(p0 + VSTEP * d, pol);
+        vb[d] = ld_stream16(p1 + VSTEP * d, pol);
+        vm[d] = ld_stream8(pm + MSTEP * d, pol);
       }
     }
   }
@@ -256,11 +266,11 @@ __global__ void __launch_bounds__(THREADS, MIN_CTAS) sp24_w16_kernel(const Args 
         const uint4 A = va[d], B = vb[d];
         const uint2 E = vm[d];
         if (c + DEPTH < ncw) {
-          va[d] = ld_stream16(p0 + 64 * (c + DEPTH), pol);
-          vb[d] = ld_stream16(p1 + 64 * (c + DEPTH), pol);
-          vm[d] = ld_stream8(pm + 32 * (c + DEPTH), pol);
+          va[d] = ld_stream16(p0 + VSTEP * (c + DEPTH), pol);
+          vb[d] = ld_stream16(p1 + VSTEP * (c + DEPTH), pol);
+          vm[d] = ld_stream8(pm + MSTEP * (c + DEPTH), pol);
         }
-        const uint4* xc = xs + (size_t)c * 4 * a.M * 4 + gx * 4 + t;
+        const uint4* xc = xs + (size_t)(kq + KW * c) * 4 * a.M * 4 + gx * 4 + t;
 #pragma unroll
         for (int s = 0; s < 4; ++s) {
           uint32_t a0, a1, a2, a3;
@@ -278,9 +288,25 @@ __global__ void __launch_bounds__(THREADS, MIN_CTAS) sp24_w16_kernel(const Args 
   }
   grid_dep_launch();
 
-  // d0, d1: row 16 tile + g, tokens 2t, 2t + 1; d2, d3: row + 8.
+  if (KW > 1) {  // the tile's KW warps' sums, added in warp order by its first warp (the same bytes every call)
+    __shared__ float4 red[WARPS][32];
+    red[warp][lane] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+    __syncthreads();
+    if (kq == 0) {
+#pragma unroll
+      for (int w = 1; w < KW; ++w) {
+        const float4 v = red[warp + w][lane];
+        acc[0] += v.x;
+        acc[1] += v.y;
+        acc[2] += v.z;
+        acc[3] += v.w;
+      }
+    }
+  }
+
+  // d0, d1: row 16 tile + g, tokens 2t, 2t + 1; d2, d3: row + 8. Only the first warp of a tile writes.
   const int ra = 16 * tile + g, rb = ra + 8, tok0 = 2 * t, tok1 = tok0 + 1;
-  const bool va_ok = tile < r16 && ra < a.N, vb_ok = tile < r16 && rb < a.N;
+  const bool va_ok = kq == 0 && tile < r16 && ra < a.N, vb_ok = kq == 0 && tile < r16 && rb < a.N;
   if (a.S == 1) {
     if (va_ok) {
       const float s = a.sw[ra];
@@ -407,8 +433,8 @@ __global__ void sp_probe_kernel(int* out) {
 extern "C" {
 
 int sp24_w16_rows_per_cta() { return ROWS; }
-// Build variant: warps * 10 + depth.
-int sp24_w16_variant() { return WARPS * 10 + DEPTH; }
+// Build variant: warps * 100 + warps a tile * 10 + depth.
+int sp24_w16_variant() { return WARPS * 100 + KW * 10 + DEPTH; }
 long sp24_w16_smem_bytes(int per, int M) { return (long)((size_t)per * xs_chunk_bytes(M)); }
 
 // CTAs resident per SM with a K range of `per` chunks (0 when it does not fit), from the occupancy calculator.
