@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 
 from compress.errors import CompressError
-from kernels import cuda_build
+from kernels import cuda_build, sp24_registers
 
 SRC = Path(__file__).resolve().parent / "csrc" / "i8_gemv.cu"
 MAX_M = 64  # eight mma n-tiles of 8 tokens (session 11; 16 before)
@@ -132,52 +132,25 @@ def meta_layout() -> torch.Tensor:
     return out
 
 
-def _register_cells(layout: torch.Tensor, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def _register_cells(layout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(rows, block groups), each (32 lanes, 2 fragments, 8 nibbles): the 16-row tile's row and the 128-k block's
     group of 4 whose positions each nibble of each lane's metadata register holds."""
-    rows = layout[:, :, 0].to(device)[:, None, :].expand(32, 2, 8)
-    groups = torch.stack([fragment_group(layout[:, :, 1], f) for f in (0, 1)], dim=1).to(device)
+    rows = layout[:, :, 0][:, None, :].expand(32, 2, 8)
+    groups = torch.stack([fragment_group(layout[:, :, 1], f) for f in (0, 1)], dim=1)
     return rows, groups
-
-
-def _as_int32(words: torch.Tensor) -> torch.Tensor:
-    """int64 values in [0, 2^32) -> int32 with the same bits."""
-    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
 
 
 def pack_meta_fragments(meta: torch.Tensor, n: int, k: int, layout: torch.Tensor | None = None) -> torch.Tensor:
     """compress.sparse24 meta (N, K/32) int32 -> the sparse mma's metadata registers in register order:
-    (ceil(N / 16), K / 128, 32 lanes, 2 fragments) int32. Rows past N get positions (0, 1) in every group (a valid
-    pattern; their outputs are never stored)."""
-    if k % SPARSE_BLOCK_K:
-        raise CompressError(f"pack_meta_fragments: in_features={k} is not a multiple of {SPARSE_BLOCK_K}")
-    if meta.dtype != torch.int32 or tuple(meta.shape) != (n, k // 32):
-        raise CompressError(f"pack_meta_fragments: meta {tuple(meta.shape)} {meta.dtype} does not fit ({n}, {k}); "
-                            f"expected int32 ({n}, {k // 32}) from compress.packing.sparse24")
-    layout = meta_layout() if layout is None else layout
-    r16, kb = -(-n // 16), k // SPARSE_BLOCK_K
-    shifts = 4 * torch.arange(8, device=meta.device, dtype=torch.int64)
-    nib = (meta.to(torch.int64).unsqueeze(-1) >> shifts) & 0xF  # (N, K/32, 8): group nibbles, 8 per word
-    nib = nib.reshape(n, k // 4)
-    if r16 * 16 != n:
-        nib = torch.cat([nib, torch.full((r16 * 16 - n, k // 4), 0b0100, dtype=nib.dtype, device=nib.device)])
-    nib = nib.reshape(r16, 16, kb, 32).permute(0, 2, 1, 3)  # (R, kb, 16 rows, 32 block groups)
-    rows, groups = _register_cells(layout, meta.device)
-    sel = nib[:, :, rows, groups]  # (R, kb, 32, 2, 8)
-    return _as_int32((sel << shifts).sum(dim=-1)).contiguous()  # (R, kb, 32, 2)
+    (ceil(N / 16), K / 128, 32 lanes, 2 fragments) int32 (kernels.sp24_registers)."""
+    rows, groups = _register_cells(meta_layout() if layout is None else layout)
+    return sp24_registers.pack(meta, n, k, rows, groups, "pack_meta_fragments")
 
 
 def unpack_meta_fragments(frag: torch.Tensor, n: int, k: int, layout: torch.Tensor | None = None) -> torch.Tensor:
     """Inverse of `pack_meta_fragments` (for tests): back to compress.sparse24 meta (N, K/32) int32."""
-    layout = meta_layout() if layout is None else layout
-    r16, kb = frag.shape[0], frag.shape[1]
-    shifts = 4 * torch.arange(8, device=frag.device, dtype=torch.int64)
-    sel = (frag.to(torch.int64).unsqueeze(-1) & 0xFFFFFFFF) >> shifts & 0xF  # (R, kb, 32, 2, 8)
-    nib = torch.zeros(r16, kb, 16, 32, dtype=torch.int64, device=frag.device)
-    rows, groups = _register_cells(layout, frag.device)
-    nib[:, :, rows, groups] = sel
-    nib = nib.permute(0, 2, 1, 3).reshape(r16 * 16, k // 4)[:n].reshape(n, k // 32, 8)
-    return _as_int32((nib << shifts).sum(dim=-1))
+    rows, groups = _register_cells(meta_layout() if layout is None else layout)
+    return sp24_registers.unpack(frag, n, k, rows, groups)
 
 
 # ------------------------------------------------------------------------------------------------ build

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from compress.errors import CompressError
-from compress.packing.sparse24 import pack_sparse24, unpack_sparse24
+from compress.packing.sparse24 import unpack_sparse24
 from kernels import sp24_w16_gemv as spw
-from kernels.cases import make_sparse24, prune_24
+from kernels.cases import make_sparse24
 
 CUDA = torch.cuda.is_available()
 
@@ -22,10 +22,7 @@ def gpu(test):
 
 
 def random_24_int8(n, k, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    w = prune_24(torch.randn(n, k, generator=g))
-    q = torch.clamp(torch.round(w / w.abs().amax() * 127), -127, 127).to(torch.int8)
-    return pack_sparse24(q)
+    return make_sparse24(n, k, torch.int8, "cpu", seed=seed)
 
 
 # ------------------------------------------------------------------------------------------------ CPU

@@ -47,6 +47,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "ring_common.cuh"
 
 #ifndef SPW_WARPS
@@ -114,38 +116,18 @@ template <> __device__ __forceinline__ void widen<__nv_bfloat16>(uint32_t w, uin
 // the metadata (0: t = 0, 1; 1: t = 2, 3).
 template <typename T, int SEL>
 __device__ __forceinline__ void mma_sp(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, const uint4& b,
-                                       uint32_t e);
-template <>
-__device__ __forceinline__ void mma_sp<__half, 0>(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                                  const uint4& b, uint32_t e) {
-  asm("mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9, %10, %11}, {%0, %1, %2, %3}, %12, 0x0;\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b.x), "r"(b.y), "r"(b.z), "r"(b.w), "r"(e));
-}
-template <>
-__device__ __forceinline__ void mma_sp<__half, 1>(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                                  const uint4& b, uint32_t e) {
-  asm("mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9, %10, %11}, {%0, %1, %2, %3}, %12, 0x1;\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b.x), "r"(b.y), "r"(b.z), "r"(b.w), "r"(e));
-}
-template <>
-__device__ __forceinline__ void mma_sp<__nv_bfloat16, 0>(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                                         uint32_t a3, const uint4& b, uint32_t e) {
-  asm("mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9, %10, %11}, {%0, %1, %2, %3}, %12, 0x0;\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b.x), "r"(b.y), "r"(b.z), "r"(b.w), "r"(e));
-}
-template <>
-__device__ __forceinline__ void mma_sp<__nv_bfloat16, 1>(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                                         uint32_t a3, const uint4& b, uint32_t e) {
-  asm("mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9, %10, %11}, {%0, %1, %2, %3}, %12, 0x1;\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b.x), "r"(b.y), "r"(b.z), "r"(b.w), "r"(e));
+                                       uint32_t e) {
+  if constexpr (std::is_same_v<T, __half>) {
+    asm("mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9, %10, %11}, {%0, %1, %2, %3}, %12, %13;\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b.x), "r"(b.y), "r"(b.z), "r"(b.w), "r"(e), "n"(SEL));
+  } else {
+    asm("mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9, %10, %11}, {%0, %1, %2, %3}, %12, %13;\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b.x), "r"(b.y), "r"(b.z), "r"(b.w), "r"(e), "n"(SEL));
+  }
 }
 
 // Weights are read once per call: no L1 allocation, L2 evict-first. volatile keeps the requests in program order (the
