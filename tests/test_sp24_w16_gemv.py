@@ -298,3 +298,16 @@ def test_runtime_w8a16_2_4_layer_offers_and_agrees_with_the_cuda_path():
     sp.meta = sp.meta.clone()  # a new meta tensor (as fusing gives): repacked, same registers
     again = sp._meta_fragments_w16()
     assert again is not first and torch.equal(again, first)
+
+
+@gpu
+def test_custom_op_schema_and_fake_tensor():
+    """compress::sp24_w16_gemv is a registered custom op with a fake (meta) function: torch.compile traces it."""
+    n, k = 256, 512
+    q = make_sparse24(n, k, torch.int8, "cuda", seed=6)
+    frag = spw.pack_meta_fragments(q["meta"], n, k)
+    x = torch.randn(3, k, device="cuda").half()
+    torch.library.opcheck(torch.ops.compress.sp24_w16_gemv, (x, q["values"], frag, q["w_scale"], spw.DEFAULT_VARIANT),
+                          test_utils=("test_schema", "test_faketensor"))
+    compiled = torch.compile(lambda x: spw.sparse24_w8a16_gemv(x, q["values"], frag, q["w_scale"]), fullgraph=True)
+    assert torch.equal(compiled(x), spw.sparse24_w8a16_gemv(x, q["values"], frag, q["w_scale"]))
