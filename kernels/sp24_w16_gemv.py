@@ -272,6 +272,7 @@ def _rows(x: torch.Tensor, k: int) -> torch.Tensor:
 @torch.library.custom_op("compress::sp24_w16_gemv", mutates_args=())
 def _op(x: torch.Tensor, values: torch.Tensor, meta_frag: torch.Tensor, w_scale: torch.Tensor,
         variant: str) -> torch.Tensor:
+    _check("sparse24_w8a16_gemv", x, values, w_scale, meta_frag)  # also when a compiled graph calls the op
     k = x.shape[-1]
     x2 = _rows(x, k)
     if x2.shape[0] == 0:
@@ -290,7 +291,8 @@ def sparse24_w8a16_gemv(x: torch.Tensor, values: torch.Tensor, meta_frag: torch.
     `pack_meta_fragments`, w_scale (N,) fp32 -> (..., N) in x's dtype. variant: a build of `VARIANTS`."""
     if variant not in VARIANTS:
         raise CompressError(f"sparse24_w8a16_gemv: variant {variant!r} is not one of {sorted(VARIANTS)}")
-    _check("sparse24_w8a16_gemv", x, values, w_scale.reshape(-1), meta_frag)  # here too: the custom op would wrap it
+    if not torch.compiler.is_compiling():  # here too, eagerly: the custom op would wrap the error; traced tensors
+        _check("sparse24_w8a16_gemv", x, values, w_scale.reshape(-1), meta_frag)  # have no data pointers
     y = torch.ops.compress.sp24_w16_gemv(x, values, meta_frag, w_scale.reshape(-1), variant)
     return y + bias if bias is not None else y
 
