@@ -388,16 +388,8 @@ def probe_sparse_layout(device: torch.device | str = "cuda") -> dict:
     if rc != 0:
         raise CompressError(f"i8_sp_probe failed with code {rc}")
     got = out.cpu().tolist()
-    a_map, meta_map = {}, {}
-    for w in range(512):
-        lane, byte = w // 16, w % 16
-        hits = [(m, got[w * 16 + m]) for m in range(16) if got[w * 16 + m] != 0]
-        if len(hits) == 1:
-            m, v = hits[0]
-            kk = v - 1  # logical k of the value: with positions (0, 1) kept, value column c sits at 4 (c / 2) + c % 2
-            a_map[(lane, byte)] = (m, 2 * (kk // 4) + kk % 4) if kk % 4 < 2 else None
-        else:
-            a_map[(lane, byte)] = None
+    a_map = {(w // 16, w % 16): cell for w, cell in enumerate(sp24_registers.decode_one_hot_probe(got, 512))}
+    meta_map = {}
     for c in range(256):
         lane, j = c // 8, c % 8
         hits = [m for m in range(16) if got[8192 + c * 32 + 2 * m] != 0]

@@ -48,3 +48,20 @@ def unpack(frag: torch.Tensor, n: int, k: int, rows: torch.Tensor, groups: torch
     nib[:, :, rows.to(frag.device), groups.to(frag.device)] = sel
     nib = nib.permute(0, 2, 1, 3).reshape(r16 * 16, k // 4)[:n].reshape(n, k // 32, 8)
     return as_int32((nib << shifts).sum(dim=-1))
+
+
+def decode_one_hot_probe(got: list[int], cells: int, rows: int = 16) -> list[tuple[int, int] | None]:
+    """The A-layout half of the GEMVs' fragment probes: probe warp w set one kept value (cell w) to 1 with every
+    metadata nibble 0b0100 (positions 0 and 1) and B[k] = k + 1, so D holds (dense k + 1) in the one row that holds
+    the value. got[w * rows + m] = D[m][0] -> per cell (row, kept column) or None when not exactly one row answered
+    or k is not at position 0 or 1 of its group: kept column c sits at dense k = 4 (c / 2) + c % 2."""
+    out = []
+    for w in range(cells):
+        hits = [(m, got[w * rows + m]) for m in range(rows) if got[w * rows + m] != 0]
+        if len(hits) != 1:
+            out.append(None)
+            continue
+        m, v = hits[0]
+        kk = v - 1
+        out.append((m, 2 * (kk // 4) + kk % 4) if kk % 4 < 2 else None)
+    return out

@@ -308,16 +308,8 @@ def probe_layout(device: torch.device | str = "cuda") -> dict:
     if rc != 0:
         raise CompressError(f"sp24_w16_probe failed with code {rc}")
     got = out.cpu().tolist()
-    a_map, meta_map = {}, {}
-    for w in range(256):
-        lane, half = w // 8, w % 8
-        hits = [(m, got[w * 16 + m]) for m in range(16) if got[w * 16 + m] != 0]
-        if len(hits) == 1:
-            m, v = hits[0]
-            kk = v - 1  # dense k of the value: with positions (0, 1) kept, kept column c sits at 4 (c / 2) + c % 2
-            a_map[(lane, half)] = (m, 2 * (kk // 4) + kk % 4) if kk % 4 < 2 else None
-        else:
-            a_map[(lane, half)] = None
+    a_map = {(w // 8, w % 8): cell for w, cell in enumerate(sp24_registers.decode_one_hot_probe(got, 256))}
+    meta_map = {}
     for sel in range(2):
         for c in range(256):
             lane, j = c // 8, c % 8

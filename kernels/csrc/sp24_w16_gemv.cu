@@ -187,7 +187,7 @@ __global__ void __launch_bounds__(THREADS, MIN_CTAS) sp24_w16_kernel(const Args 
 
   uint4 va[DEPTH], vb[DEPTH];
   uint2 vm[DEPTH];
-  if (a.early) {
+  auto first_chunks = [&]() {
 #pragma unroll
     for (int d = 0; d < DEPTH; ++d) {
       if (d < ncw) {
@@ -196,18 +196,10 @@ __global__ void __launch_bounds__(THREADS, MIN_CTAS) sp24_w16_kernel(const Args 
         vm[d] = ld_stream8(pm + MSTEP * d, pol);
       }
     }
-  }
+  };
+  if (a.early) first_chunks();
   grid_dep_wait();
-  if (!a.early) {
-#pragma unroll
-    for (int d = 0; d < DEPTH; ++d) {
-      if (d < ncw) {
-        va[d] = ld_stream16(p0 + VSTEP * d, pol);
-        vb[d] = ld_stream16(p1 + VSTEP * d, pol);
-        vm[d] = ld_stream8(pm + MSTEP * d, pol);
-      }
-    }
-  }
+  if (!a.early) first_chunks();
 
   // Stage x for the CTA's chunks as B fragments: 16-byte reads (coalesced), all of a thread's round issued before
   // its first store, each word then written to its fragment slot.
