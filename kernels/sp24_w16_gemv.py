@@ -15,7 +15,7 @@ Layouts:
   (ceil(N / 16), K / 128, 32 lanes, 2) int32 -- for each 16-row tile and 128-k chunk, each lane's two registers (the
   chunk's k-steps 2 (t / 2) and 2 (t / 2) + 1 for lane 4 g + t). The same bytes as the row-major meta, reordered.
 
-Public: `sparse24_w8a16_gemv` (custom op compress::sp24_w16_gemv), `supports`, `pack_meta_fragments`,
+Public: `sparse24_w8a16_gemv` (custom op compress::sp24_w16_gemv), `supports`, `runtime_offers`, `pack_meta_fragments`,
 `unpack_meta_fragments`, `meta_layout`, `chunk_group`, `probe_layout` (the GPU measurement behind `meta_layout`),
 `build`, `plan`, `launch`, `VARIANTS`, `RUNTIME_VARIANTS`. COMPRESS_SP24_W16=0 turns the kernel off (the runtime then offers its other paths).
 """
@@ -220,10 +220,8 @@ def _check(what: str, x: torch.Tensor, values: torch.Tensor, w_scale: torch.Tens
     return n, k
 
 
-def supports(x2: torch.Tensor, values: torch.Tensor, w_scale: torch.Tensor, meta_frag: torch.Tensor,
-             variant: str = DEFAULT_VARIANT) -> bool:
-    """True when this GEMV can run the call here (launcher checks and a successful build of `variant`); raises only
-    for a malformed COMPRESS_SP24_W16_PDL."""
+def _runs_here(x2: torch.Tensor, values: torch.Tensor, w_scale: torch.Tensor, meta_frag: torch.Tensor) -> bool:
+    """The launcher's checks pass for this call on this device (no build); raises only for a malformed setting."""
     if not enabled():
         return False
     pdl_mode(), runtime_variants()  # a malformed setting is the user's to fix, not a path to drop silently
@@ -232,10 +230,31 @@ def supports(x2: torch.Tensor, values: torch.Tensor, w_scale: torch.Tensor, meta
         return False
     try:
         _check("sp24_w16_gemv", x2, values, w_scale.reshape(-1), meta_frag)
-        build(x2.device, variant)
     except CompressError:
         return False
     return True
+
+
+def _builds(device: torch.device, variant: str) -> bool:
+    try:
+        build(device, variant)
+    except CompressError:
+        return False
+    return True
+
+
+def supports(x2: torch.Tensor, values: torch.Tensor, w_scale: torch.Tensor, meta_frag: torch.Tensor,
+             variant: str = DEFAULT_VARIANT) -> bool:
+    """True when this GEMV can run the call here (launcher checks and a successful build of `variant`); raises only
+    for a malformed COMPRESS_SP24_W16_PDL or COMPRESS_SP24_W16_VARIANTS."""
+    return _runs_here(x2, values, w_scale, meta_frag) and _builds(x2.device, variant)
+
+
+def runtime_offers(x2: torch.Tensor, values: torch.Tensor, w_scale: torch.Tensor, meta_frag: torch.Tensor) -> list[str]:
+    """The builds of `runtime_variants()` that can run this call here: the launcher's checks once, then each build."""
+    if not _runs_here(x2, values, w_scale, meta_frag):
+        return []
+    return [var for var in runtime_variants() if _builds(x2.device, var)]
 
 
 def launch(x2: torch.Tensor, values: torch.Tensor, meta_frag: torch.Tensor, w_scale: torch.Tensor,
@@ -272,7 +291,7 @@ def _rows(x: torch.Tensor, k: int) -> torch.Tensor:
 @torch.library.custom_op("compress::sp24_w16_gemv", mutates_args=())
 def _op(x: torch.Tensor, values: torch.Tensor, meta_frag: torch.Tensor, w_scale: torch.Tensor,
         variant: str) -> torch.Tensor:
-    _check("sparse24_w8a16_gemv", x, values, w_scale, meta_frag)  # also when a compiled graph calls the op
+    _check("sparse24_w8a16_gemv", x, values, w_scale, meta_frag)  # its CompressError reaches the caller as it is
     k = x.shape[-1]
     x2 = _rows(x, k)
     if x2.shape[0] == 0:
@@ -291,8 +310,6 @@ def sparse24_w8a16_gemv(x: torch.Tensor, values: torch.Tensor, meta_frag: torch.
     `pack_meta_fragments`, w_scale (N,) fp32 -> (..., N) in x's dtype. variant: a build of `VARIANTS`."""
     if variant not in VARIANTS:
         raise CompressError(f"sparse24_w8a16_gemv: variant {variant!r} is not one of {sorted(VARIANTS)}")
-    if not torch.compiler.is_compiling():  # here too, eagerly: the custom op would wrap the error; traced tensors
-        _check("sparse24_w8a16_gemv", x, values, w_scale.reshape(-1), meta_frag)  # have no data pointers
     y = torch.ops.compress.sp24_w16_gemv(x, values, meta_frag, w_scale.reshape(-1), variant)
     return y + bias if bias is not None else y
 

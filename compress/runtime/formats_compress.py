@@ -247,15 +247,15 @@ class Sparse24Linear(QuantLinear):
             k = kb.kernel_module("sparse24")
             paths.append(("dequant+cublas", lambda: torch.nn.functional.linear(
                 x2d, k.dequantize_w8a16_sparse24(self.values, self.meta, self.in_features, self.w_scale, x2d.dtype))))
-            if self.in_features % 128 == 0 and kb.unavailable(x2d.device, "sp24_w16_gemv", "supports") is None:
+            if self.in_features % 128 == 0 and kb.unavailable(x2d.device, "sp24_w16_gemv", "runtime_offers") is None:
                 # 1..8 tokens (session 24): the sparse tensor cores (mma.sp) through kernels/sp24_w16_gemv.py. The token
                 # count is checked first: packing the metadata is for calls that can use it.
                 spw = kb.kernel_module("sp24_w16_gemv")
                 frag = self._meta_fragments_w16() if spw.enabled() and x2d.shape[0] <= spw.MAX_M else None
-                for var in spw.runtime_variants() if frag is not None else ():  # a path a build: speed follows shape
-                    if spw.supports(x2d, self.values, self.w_scale, frag, var):
-                        paths.append((f"cuda_sp24_w16_{var}", partial(spw.sparse24_w8a16_gemv, x2d, self.values, frag,
-                                                                       self.w_scale, variant=var)))
+                for var in spw.runtime_offers(x2d, self.values, self.w_scale, frag) if frag is not None else ():
+                    # a path a build: which one is fastest follows the layer's shape
+                    paths.append((f"cuda_sp24_w16_{var}", partial(spw.sparse24_w8a16_gemv, x2d, self.values, frag,
+                                                                   self.w_scale, variant=var)))
             return paths
         if not self.int8:
             k = kb.kernel_module("sparse24")
