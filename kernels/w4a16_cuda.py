@@ -55,11 +55,17 @@ VARIANTS = {"w4b2s4": (4, 2, 4), "w4b4s3": (4, 4, 3), "w4b8s2": (4, 8, 2), "w4b1
 # Session 8: 16-row mma tiles per warp (-DW4_RT); 2 = a warp owns 32 rows and each B fragment (activations) read from
 # shared memory feeds two weight tiles, halving that traffic per weight byte, which grows with the token tiles.
 ROW_TILES = {"w4b2s3r2": 2, "w4b2s4r2": 2, "w8b2s2r2": 2, "w8b2s3r2": 2}
+# Session 25: warps sharing one row tile (-DW4_KS; the .cu header), each taking every KS-th ring slot of the K chunk,
+# so a CTA reads KS x blocks x 64 contiguous bytes of a row at a time. The balanced schedule is not built for them.
+SHARED_TILE = {"w8b2s3k4": 4, "w8b2s3k8": 8, "w8b2s4k4": 4, "w16b2s2k4": 4, "w16b2s2k8": 8, "w16b2s3k8": 8,
+               "w4b2s4k4": 4}
+VARIANTS.update({name: VARIANTS[name[:name.index("k")]] for name in SHARED_TILE})
 
 
 def rows_per_cta(name: str) -> int:
-    """Output rows of one CTA of a build variant: 16 per mma row tile, ROW_TILES tiles per warp."""
-    return 16 * VARIANTS[name][0] * ROW_TILES.get(name, 1)
+    """Output rows of one CTA of a build variant: 16 per mma row tile, ROW_TILES tiles per warp, SHARED_TILE warps
+    per tile."""
+    return 16 * VARIANTS[name][0] * ROW_TILES.get(name, 1) // SHARED_TILE.get(name, 1)
 
 
 # (variant, waves) per M bucket (M <= 8, <= 16, <= 32, <= 64); waves = CTAs launched / CTAs resident at once (see
@@ -233,6 +239,8 @@ def compile_variant(arch_code: str, name: str, xform: bool = False) -> Path:
     flags = [f"-DW4_WARPS={warps}", f"-DW4_SB={blocks}", f"-DW4_STAGES={slots}"] + (["-DW4_XFORM=1"] if xform else [])
     if ROW_TILES.get(name, 1) > 1:  # only then: the session-6 variants keep their flags (and cached builds)
         flags.append(f"-DW4_RT={ROW_TILES[name]}")
+    if SHARED_TILE.get(name, 1) > 1:
+        flags.append(f"-DW4_KS={SHARED_TILE[name]}")
     return cuda_build.compile_library(SRC, name + ("_xf" if xform else ""), flags, arch_code, "w4a16 CUDA GEMV",
                                       "the Triton kernels serve instead")
 
@@ -368,7 +376,8 @@ def plan_balanced(n: int, k: int, m: int, sms: int, name: str, waves: float = 1.
     rows = rows_per_cta(name)
     kblocks = padded_k(k) // BLOCK_K
     units = -(-n // rows) * kblocks
-    if n * kblocks * 4 >= 2**31 or m > DECODE_MAX_M:  # the .cu builds the balanced schedule for <= 16 tokens
+    # The .cu builds the balanced schedule for <= 16 tokens and one warp per row tile.
+    if n * kblocks * 4 >= 2**31 or m > DECODE_MAX_M or name in SHARED_TILE:
         return None
     ctas = min(units, sms * max(1, round(max(1, ctas_per_sm) * waves)))
     per = -(-units // ctas)
@@ -442,8 +451,8 @@ def _launch(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros:
     if m == 0:
         return out.reshape(*lead, n)
     dname, dwaves, dcluster, dbal = default_config(m, n, k)
-    if xform is not None and name is None and dname in ROW_TILES:
-        # The fused transforms were measured and GPU-tested on the one-row-tile builds (session 7): keep them there.
+    if xform is not None and name is None and (dname in ROW_TILES or dname in SHARED_TILE):
+        # The fused transforms were measured and GPU-tested on session 7's builds (one row tile a warp): keep them there.
         dname, dwaves = DEFAULTS[next(b for b in sorted(DEFAULTS) if m <= b)]
     name, waves = name or dname, dwaves if waves is None else waves
     pdl = pdl_mode() if pdl is None else int(pdl)

@@ -50,6 +50,12 @@ def _w4a16_two_row_tiles() -> Path:
     return w4a16_cuda.compile_variant(ARCH, sorted(w4a16_cuda.ROW_TILES)[0])
 
 
+def _w4a16_shared_tile() -> Path:
+    from kernels import w4a16_cuda
+
+    return w4a16_cuda.compile_variant(ARCH, "w8b2s3k4")
+
+
 def _vptq_gemm() -> Path:
     from kernels import vptq_gemm_cuda
 
@@ -68,6 +74,7 @@ BUILDS: dict[str, Callable[[], Path | list[Path]]] = {
     "w4a16": _w4a16(False),  # the default variant
     "w4a16_xform": _w4a16(True),  # the default variant with the fused input transforms
     "w4a16_two_row_tiles": _w4a16_two_row_tiles,
+    "w4a16_shared_tile": _w4a16_shared_tile,  # four warps a row tile (session 25)
     "vptq_gemm": _vptq_gemm,
     "vptq_cluster": _vptq_cluster,  # 8192 + 512 centroids
 }

@@ -100,6 +100,9 @@
 #ifndef W4_RT
 #define W4_RT 1
 #endif
+#ifndef W4_KS
+#define W4_KS 1
+#endif
 
 namespace {
 
@@ -107,7 +110,13 @@ constexpr int WARPS = W4_WARPS;
 constexpr int THREADS = WARPS * 32;
 constexpr int RT = W4_RT;          // 16-row mma tiles per warp (session 8: 2 = one B fragment feeds two A tiles)
 constexpr int WROWS = 16 * RT;     // output rows per warp
-constexpr int ROWS = WARPS * WROWS;  // output rows per CTA
+// Session 25: KS warps share one row tile, warp w taking the tile's ring slots w % KS, w % KS + KS, ... of the K
+// chunk (KS = 1: every warp its own tile, sessions 3-24). A CTA then reads KS x SB x 64 contiguous bytes of each of
+// its rows at a time instead of SB x 64 -- the DRAM locality that took the 2:4 W8A16 GEMV from 2.15 to 2.7 TB/s
+// (kernels/csrc/sp24_w16_gemv.cu). The KS warps' sums meet in shared memory, in warp order, before the epilogue.
+constexpr int KS = W4_KS;
+constexpr int TILES = WARPS / KS;    // row tiles per CTA
+constexpr int ROWS = TILES * WROWS;  // output rows per CTA
 constexpr int SB = W4_SB;         // 128-k blocks per ring slot
 constexpr int STAGES = W4_STAGES; // ring slots per warp
 constexpr int MAX_M = 64;         // eight mma n-tiles of 8 tokens (session 8; 16 before)
@@ -118,6 +127,7 @@ constexpr int CPL = WROWS * SB * 4 / 32;    // 16-byte copies per lane per slot
 static_assert(SB >= 1 && STAGES >= 2 && (SB == 1 || SB % 2 == 0), "SB must be 1 or even (the bank swizzle)");
 static_assert(CPL >= 1, "a slot must give each lane at least one copy");
 static_assert(RT == 1 || RT == 2, "W4_RT is 1 or 2");
+static_assert(KS >= 1 && WARPS % KS == 0, "W4_KS must divide W4_WARPS");
 // The cluster reduction parks a warp's WROWS x M fp32 partials in its own ring.
 static_assert(STAGES * SLOT >= WROWS * MAX_M * 4, "a warp's ring must hold its partials for the cluster reduction");
 
@@ -284,6 +294,8 @@ __global__ void __launch_bounds__(THREADS, min_ctas(MT)) w4a16_gemv_kernel(const
   extern __shared__ uint4 smem[];
   __shared__ int last;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int wt = warp / KS, wk = warp % KS;  // the warp's row tile, and its turn among the tile's KS warps
+  static_assert(KS == 1 || !BAL, "the balanced schedule is built for one warp per row tile");
   // The CTA's blocks: segment A = row group n_base / ROWS, blocks blk0 .. blk0 + la - 1; with the balanced
   // schedule, segment B = the next row group's blocks 0 .. nb - la - 1 (local blocks la .. nb - 1).
   const int split = blockIdx.y;
@@ -325,7 +337,7 @@ __global__ void __launch_bounds__(THREADS, min_ctas(MT)) w4a16_gemv_kernel(const
   for (int i = 0; i < CPL; ++i) {
     const int c = lane + 32 * i;
     const int r = c / (4 * SB), u = (c / 4) % SB, piece = c % 4;
-    const int row = n_base + warp * WROWS + r;
+    const int row = n_base + wt * WROWS + r;
     const int rr = row < a.N ? row : 0;
     src[i] = a.q + (size_t)rr * (a.KW / 4) + (size_t)(blk0 + u) * 4 + piece;
     const int rowb = row + ROWS;
@@ -334,13 +346,15 @@ __global__ void __launch_bounds__(THREADS, min_ctas(MT)) w4a16_gemv_kernel(const
     dst[i] = (uint32_t)(r * SB * 64 + pu * 64 + piece * 16);
     cblk[i] = u;
   }
-  const int nst = (nb + SB - 1) / SB;  // ring slots this warp fills over the chunk
+  // Ring slots this warp fills over the chunk: its own slot st covers the chunk's slot st * KS + wk.
+  const int nst = KS == 1 ? (nb + SB - 1) / SB : max(0, ((nb + SB - 1) / SB - wk + KS - 1) / KS);
   auto issue = [&](int st) {
     const uint32_t base = my_ring + (uint32_t)((st % STAGES) * SLOT);
+    const int cst = st * KS + wk;
 #pragma unroll
     for (int i = 0; i < CPL; ++i) {
-      const int lbk = st * SB + cblk[i];
-      const uint4* from = !BAL || lbk < la ? src[i] + st * SB * 4 : a.q + (srcb[i] + (long long)(st * SB - la) * 4);
+      const int lbk = cst * SB + cblk[i];
+      const uint4* from = !BAL || lbk < la ? src[i] + cst * SB * 4 : a.q + (srcb[i] + (long long)(cst * SB - la) * 4);
       if (lbk < nb) cp_async16(base + dst[i], from, pol);
     }
   };
@@ -532,7 +546,7 @@ __global__ void __launch_bounds__(THREADS, min_ctas(MT)) w4a16_gemv_kernel(const
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) acc[rt][mt][0] = acc[rt][mt][1] = acc[rt][mt][2] = acc[rt][mt][3] = 0.f;
   }
-  const int lr = warp * WROWS + g;  // the lane's first row inside the CTA (then lr + 8, lr + 16, lr + 24)
+  const int lr = wt * WROWS + g;  // the lane's first row inside the CTA (then lr + 8, lr + 16, lr + 24)
   // Balanced schedule: a segment's sums go straight to y when its CTA is the row group's only piece, else to
   // workspace slot 2 c + (0: segment A, 1: segment B) as (slot, token, row in the group) fp32 partials.
   auto bal_pieces = [&](int rg, int* first) {
@@ -588,7 +602,7 @@ __global__ void __launch_bounds__(THREADS, min_ctas(MT)) w4a16_gemv_kernel(const
     const uint8_t* slot = my_slot0 + (it % STAGES) * SLOT;
 #pragma unroll
     for (int u = 0; u < SB; ++u) {
-      const int lb = it * SB + u;
+      const int lb = (it * KS + wk) * SB + u;
       if (lb < nb) {
         uint4 wa[RT], wb[RT];
         uint32_t sa[RT], sb[RT], za[RT], zb[RT];
@@ -697,6 +711,41 @@ __global__ void __launch_bounds__(THREADS, min_ctas(MT)) w4a16_gemv_kernel(const
   cp_async_wait<0>();  // no copy outlives the kernel (the trailing groups are empty)
   grid_dep_launch();   // the next kernel may start its own weight copies during this epilogue
 
+  // KS > 1: warps 1..KS-1 of a tile leave their sums in their own (now idle) rings, lane-major; warp 0 of the tile
+  // adds them in warp order (a fixed order: the same bytes every call) and alone carries the tile on from here.
+  const bool holds = KS == 1 || wk == 0;
+  if constexpr (KS > 1) {
+    static_assert(STAGES * SLOT >= RT * MT * 4 * 32 * 4, "a warp's ring must hold its sums for the tile reduction");
+    float* mine = reinterpret_cast<float*>(ring + warp * STAGES * SLOT);
+    __syncwarp();  // every lane is done with the ring's last slot
+    if (!holds) {
+#pragma unroll
+      for (int rt = 0; rt < RT; ++rt) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+          for (int c = 0; c < 4; ++c) mine[((rt * MT + mt) * 4 + c) * 32 + lane] = acc[rt][mt][c];
+        }
+      }
+    }
+    __syncthreads();
+    if (holds) {
+#pragma unroll 1
+      for (int j = 1; j < KS; ++j) {
+        const float* other = reinterpret_cast<const float*>(ring + (warp + j) * STAGES * SLOT);
+#pragma unroll
+        for (int rt = 0; rt < RT; ++rt) {
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+            for (int c = 0; c < 4; ++c) acc[rt][mt][c] += other[((rt * MT + mt) * 4 + c) * 32 + lane];
+          }
+        }
+      }
+    }
+    // The cluster reduction below reuses the tile holders' own rings, which no warp reads here.
+  }
+
   // acc[rt][mt]: (row r, token 8 mt + 2t), (row r, 8 mt + 2t + 1), (row r + 8, 8 mt + 2t), (row r + 8, 8 mt + 2t + 1)
   // with r = 16 rt + g of the warp.
   if (BAL) {
@@ -757,7 +806,7 @@ __global__ void __launch_bounds__(THREADS, min_ctas(MT)) w4a16_gemv_kernel(const
   }
 
   if (a.S == 1) {
-    store_seg(n_base, 0, true);
+    if (holds) store_seg(n_base, 0, true);
     return;
   }
 
@@ -771,6 +820,7 @@ __global__ void __launch_bounds__(THREADS, min_ctas(MT)) w4a16_gemv_kernel(const
     __syncwarp();  // every lane is done with the ring's last slot
 #pragma unroll
     for (int rt = 0; rt < RT; ++rt) {
+      if (!holds) break;
       const int r = 16 * rt + g;
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
@@ -791,7 +841,7 @@ __global__ void __launch_bounds__(THREADS, min_ctas(MT)) w4a16_gemv_kernel(const
     const int rows_here = min(ROWS, a.N - n_base);
     for (int e = rank * THREADS + threadIdx.x; e < a.M * rows_here; e += a.S * THREADS) {
       const int m = e / rows_here, rl = e % rows_here;
-      float* mine = reinterpret_cast<float*>(ring + (rl / WROWS) * STAGES * SLOT) + m * WROWS + (rl % WROWS);
+      float* mine = reinterpret_cast<float*>(ring + (rl / WROWS) * KS * STAGES * SLOT) + m * WROWS + (rl % WROWS);
       float sum = 0.f;
 #pragma unroll 8
       for (int sp = 0; sp < a.S; ++sp) sum += *cluster.map_shared_rank(mine, sp);
@@ -805,7 +855,7 @@ __global__ void __launch_bounds__(THREADS, min_ctas(MT)) w4a16_gemv_kernel(const
 #pragma unroll
   for (int rt = 0; rt < RT; ++rt) {
     const int row_a = n_base + lr + 16 * rt, row_b = row_a + 8;
-    const bool va = row_a < a.N, vb = row_b < a.N;
+    const bool va = holds && row_a < a.N, vb = holds && row_b < a.N;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
       const int tok0 = 8 * mt + 2 * t, tok1 = tok0 + 1;
@@ -935,8 +985,8 @@ int by_schedule(const Args& a, int asym, int g64, bool pdl, cudaStream_t stream)
 
 template <typename T, int MT>
 int by_variant(const Args& a, int asym, int g64, bool pdl, cudaStream_t stream) {
-  if constexpr (MT > 2) {  // the balanced schedule is built for up to 16 tokens (the entry point refuses more)
-    return by_schedule<T, MT, false>(a, asym, g64, pdl, stream);
+  if constexpr (MT > 2 || KS > 1) {  // the balanced schedule: up to 16 tokens, one warp a tile (the entry point
+    return by_schedule<T, MT, false>(a, asym, g64, pdl, stream);  // refuses the rest)
   } else {
     return a.bal ? by_schedule<T, MT, true>(a, asym, g64, pdl, stream) : by_schedule<T, MT, false>(a, asym, g64, pdl, stream);
   }
@@ -964,7 +1014,9 @@ int ctas_per_sm(int per, int M, int group, int asym) {
   cudaError_t e;
   // Registers and threads barely depend on the dtype / zeros / group: ask the fp16 symmetric group-128 code
   // of the token tile count that will run.
-  if (M > 16) {
+  if constexpr (BAL && KS > 1) {
+    return 0;  // not built with shared row tiles
+  } else if (M > 16) {
     if (BAL) return 0;  // not built for more than 16 tokens
     if (M > 32) {
       if (allow_smem<__half, false, false, 8, false>(&limit) != 0 || smem > limit) return 0;
@@ -987,9 +1039,11 @@ int ctas_per_sm(int per, int M, int group, int asym) {
 
 extern "C" {
 
-// The build's variant: row tiles per warp * 10000 + warps * 100 + blocks per ring slot * 10 + ring slots (row tiles
-// counted only when 2, so the session-6 builds answer as before).
-int w4a16_gemv_variant() { return (W4_RT > 1 ? W4_RT * 10000 : 0) + W4_WARPS * 100 + W4_SB * 10 + W4_STAGES; }
+// The build's variant: warps sharing a row tile * 100000 + row tiles per warp * 10000 + warps * 100 + blocks per ring
+// slot * 10 + ring slots (tile sharing and row tiles counted only when > 1, so the session-6 builds answer as before).
+int w4a16_gemv_variant() {
+  return (W4_KS > 1 ? W4_KS * 100000 : 0) + (W4_RT > 1 ? W4_RT * 10000 : 0) + W4_WARPS * 100 + W4_SB * 10 + W4_STAGES;
+}
 
 // The largest M this build takes.
 int w4a16_gemv_max_m() { return MAX_M; }
@@ -1026,7 +1080,7 @@ int w4a16_gemv_x(const void* x, int x_is_bf16, const void* q, const void* s, con
                  int xform, const void* y, const void* nw, void* s_out, float eps) {
   if (M < 1 || M > MAX_M) return -1;
   if (xform != 0 && M > XFORM_MAX_M) return -6;
-  if ((flags & 8) && M > 16) return -3;  // the balanced schedule is built for up to 16 tokens
+  if ((flags & 8) && (M > 16 || KS > 1)) return -3;  // the balanced schedule: up to 16 tokens, one warp a tile
 #ifndef W4_XFORM
   if (xform != 0) return -5;  // this library was built without the fused inputs
 #endif
