@@ -58,7 +58,8 @@ ROW_TILES = {"w4b2s3r2": 2, "w4b2s4r2": 2, "w8b2s2r2": 2, "w8b2s3r2": 2}
 # Session 25: warps sharing one row tile (-DW4_KS; the .cu header), each taking every KS-th ring slot of the K chunk,
 # so a CTA reads KS x blocks x 64 contiguous bytes of a row at a time. The balanced schedule is not built for them.
 SHARED_TILE = {"w8b2s3k4": 4, "w8b2s3k8": 8, "w8b2s4k4": 4, "w16b2s2k4": 4, "w16b2s2k8": 8, "w16b2s3k8": 8,
-               "w4b2s4k4": 4}
+               "w4b2s4k4": 4, "w16b2s2k16": 16, "w16b2s3k4": 4, "w16b4s2k8": 8}
+VARIANTS.update({"w16b4s2": (16, 4, 2)})
 VARIANTS.update({name: VARIANTS[name[:name.index("k")]] for name in SHARED_TILE})
 
 
@@ -89,26 +90,34 @@ DEFAULT_VARIANT = "w8b2s3"  # the one the tests build first
 # by single calls: there a cluster launch cannot start early beside the kernel ahead of it (o_proj with the cluster
 # reduction 2.413 -> 2.578 ms, down 2.377 -> 2.637), and the down projection with 16 warps and a third ring slot won
 # (2.413 / 2.424 -> 2.377 / 2.381 ms), qkv without the cluster reduction after it (2.373 / 2.381 -> 2.362 ms).
+# Session 25 (bench/results/h100/kernels_s25/README.md): bucket 8 (and 70B k/v at 16 and 32) on the shared-tile builds
+# where kernels_s25/sweep.py's rotate timing (one process, second timings) beat the served config by > 2% without the
+# cluster reduction; the 8B decode step's three (fused qkv, o, down) confirmed in the step (ab_decode.py, call 3:
+# 2.363 / 2.368 -> 2.298 ms), where w16b4s2k8 for down (faster alone) was not faster.
 TUNED = {
-    (6144, 4096): {8: ("w8b2s3", 0.5, False), 16: ("w16b2s2", 0.5, True)},     # 8B / Qwen3-8B fused qkv
-    (4096, 4096): {8: ("w16b2s2", 1.0, False), 16: ("w16b2s2", 1.0, False)},  # 8B q / o
+    # 8B / Qwen3-8B fused qkv: 8 8.42 -> 7.27 us (w16b2s2k4)
+    (6144, 4096): {8: ("w16b2s2k4", 1.0, False), 16: ("w16b2s2", 0.5, True)},
+    # 8B q / o: 8 6.88 -> 5.68 us (w16b2s2k8)
+    (4096, 4096): {8: ("w16b2s2k8", 1.0, False), 16: ("w16b2s2", 1.0, False)},
     (28672, 4096): {8: ("w16b2s2", 1.0, False), 16: ("w16b2s2", 0.5, False)},  # 8B fused gate_up
-    # 8B down: 16 22.34 -> 20.42 us; 32 41.84 -> 31.95
-    (4096, 14336): {8: ("w16b2s3", 1.0, False), 16: ("w8b2s2r2", 1.0, True), 32: ("w16b2s2", 2.0, False)},
-    # 8B k / v: 16 7.09 -> 6.40; 32 10.30 -> 7.72; 64 17.19 -> 12.33
-    (1024, 4096): {8: ("w8b2s3", 0.5, True), 16: ("w4b2s3r2", 1.0, True), 32: ("w8b2s3", 1.0, True),
+    # 8B down: 8 14.37 -> 13.60 us (w16b2s2k8); 16 22.34 -> 20.42 us; 32 41.84 -> 31.95
+    (4096, 14336): {8: ("w16b2s2k8", 1.0, False), 16: ("w8b2s2r2", 1.0, True), 32: ("w16b2s2", 2.0, False)},
+    # 8B k / v: 8 4.05 -> 3.53 (w16b2s2k16); 16 7.09 -> 6.40; 32 10.30 -> 7.72; 64 17.19 -> 12.33
+    (1024, 4096): {8: ("w16b2s2k16", 0.5, False), 16: ("w4b2s3r2", 1.0, True), 32: ("w8b2s3", 1.0, True),
                    64: ("w8b2s3", 1.0, True)},
     # 8B gate / up. M <= 8: session 6's w8b2s4 (a ring slot deeper), 14.43 / 14.29 -> 13.55 us in one process
     # (bench/results/h100/kernels_s6/README.md). Session 8: 16 23.40 -> 18.09; 32 35.28 -> 31.56.
     (14336, 4096): {8: ("w8b2s4", 0.5, False), 16: ("w8b2s2r2", 1.0, True), 32: ("w16b2s2", 2.0, False)},
     # 70B q / o: 32 40.79 -> 32.70. M <= 8, session 9 (bench/results/h100/e2e/session9/m1_sweep.log, rotate, one
-    # process, second timings): w8b2s4 15.58 us vs w8b2s3 15.81 (fp16 46.93): 2.970x -> 3.012x.
-    (8192, 8192): {8: ("w8b2s4", 1.0, False), 16: ("w16b2s2", 0.5, False), 32: ("w16b2s2", 2.0, False)},
-    # 70B k / v: 16 10.22 -> 9.92; 32 14.95 -> 12.30; 64 25.45 -> 17.66
-    (1024, 8192): {8: ("w2b2s6", 0.5, False), 16: ("w4b2s3r2", 1.0, True), 32: ("w8b2s3", 1.0, True),
+    # process, second timings): w8b2s4 15.58 us vs w8b2s3 15.81 (fp16 46.93): 2.970x -> 3.012x. Session 25: 8 15.55 ->
+    # 14.43 (w16b2s2k4).
+    (8192, 8192): {8: ("w16b2s2k4", 1.0, False), 16: ("w16b2s2", 0.5, False), 32: ("w16b2s2", 2.0, False)},
+    # 70B k / v: 16 10.22 -> 9.92; 32 14.95 -> 12.30; 64 25.45 -> 17.66. Session 25: 8 6.01 -> 4.87 (w16b2s2k16);
+    # 16 9.79 -> 7.78 (w16b2s3k4); 32 12.31 -> 10.12 (w16b2s2k4)
+    (1024, 8192): {8: ("w16b2s2k16", 0.5, False), 16: ("w16b2s3k4", 0.5, False), 32: ("w16b2s2k4", 1.0, False),
                    64: ("w8b2s3", 1.0, False)},
-    # 70B gate / up: 16 73.04 -> 68.51; 32 104.09 -> 101.85
-    (28672, 8192): {8: ("w16b2s2", 0.5, False), 16: ("w8b2s2r2", 1.0, True), 32: ("w16b2s2", 2.0, False)},
+    # 70B gate / up: 8 49.24 -> 47.05 (w8b2s3k4); 16 73.04 -> 68.51; 32 104.09 -> 101.85
+    (28672, 8192): {8: ("w8b2s3k4", 0.5, False), 16: ("w8b2s2r2", 1.0, True), 32: ("w16b2s2", 2.0, False)},
     # 70B down: 16 78.33 -> 67.46; 32 107.80 -> 105.20
     (8192, 28672): {8: ("w8b2s3", 2.0, False), 16: ("w8b2s2r2", 1.0, True), 32: ("w16b2s2", 2.0, False)},
     (24576, 4096): {8: ("w4b4s3", 0.5, False), 16: ("w16b2s2", 0.5, False)},  # Qwen3-8B fused gate_up
