@@ -91,7 +91,7 @@ DEFAULT_VARIANT = "w8b2s3"  # the one the tests build first
 # reduction 2.413 -> 2.578 ms, down 2.377 -> 2.637), and the down projection with 16 warps and a third ring slot won
 # (2.413 / 2.424 -> 2.377 / 2.381 ms), qkv without the cluster reduction after it (2.373 / 2.381 -> 2.362 ms).
 # Session 25 (bench/results/h100/kernels_s25/README.md): bucket 8 (and 70B k/v at 16 and 32) on the shared-tile builds
-# where kernels_s25/sweep.py's rotate timing (one process, second timings) beat the served config by > 2% without the
+# where kernels_s25/sweep.py's rotate timing (one process, first timings) beat the served config by > 2% without the
 # cluster reduction; the 8B decode step's three (fused qkv, o, down) confirmed in the step (ab_decode.py, call 3:
 # 2.363 / 2.368 -> 2.298 ms), where w16b4s2k8 for down (faster alone) was not faster.
 TUNED = {
