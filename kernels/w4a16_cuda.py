@@ -51,7 +51,8 @@ DECODE_MAX_M = 16  # the balanced schedule and the fused input transforms stop h
 # w16b2s3 / w8b2s4: session 6 (one slot deeper, more bytes in flight before the dependency wait).
 VARIANTS = {"w4b2s4": (4, 2, 4), "w4b4s3": (4, 4, 3), "w4b8s2": (4, 8, 2), "w4b1s8": (4, 1, 8), "w8b2s3": (8, 2, 3),
             "w2b2s6": (2, 2, 6), "w16b2s2": (16, 2, 2), "w16b2s3": (16, 2, 3), "w8b2s4": (8, 2, 4),
-            "w4b2s3r2": (4, 2, 3), "w4b2s4r2": (4, 2, 4), "w8b2s2r2": (8, 2, 2), "w8b2s3r2": (8, 2, 3)}
+            "w4b2s3r2": (4, 2, 3), "w4b2s4r2": (4, 2, 4), "w8b2s2r2": (8, 2, 2), "w8b2s3r2": (8, 2, 3),
+            "w16b4s2": (16, 4, 2)}
 # Session 8: 16-row mma tiles per warp (-DW4_RT); 2 = a warp owns 32 rows and each B fragment (activations) read from
 # shared memory feeds two weight tiles, halving that traffic per weight byte, which grows with the token tiles.
 ROW_TILES = {"w4b2s3r2": 2, "w4b2s4r2": 2, "w8b2s2r2": 2, "w8b2s3r2": 2}
@@ -59,7 +60,6 @@ ROW_TILES = {"w4b2s3r2": 2, "w4b2s4r2": 2, "w8b2s2r2": 2, "w8b2s3r2": 2}
 # so a CTA reads KS x blocks x 64 contiguous bytes of a row at a time. The balanced schedule is not built for them.
 SHARED_TILE = {"w8b2s3k4": 4, "w8b2s3k8": 8, "w8b2s4k4": 4, "w16b2s2k4": 4, "w16b2s2k8": 8, "w16b2s3k8": 8,
                "w4b2s4k4": 4, "w16b2s2k16": 16, "w16b2s3k4": 4, "w16b4s2k8": 8}
-VARIANTS.update({"w16b4s2": (16, 4, 2)})
 VARIANTS.update({name: VARIANTS[name[:name.index("k")]] for name in SHARED_TILE})
 
 
