@@ -48,18 +48,8 @@ SPARSE_BLOCK_K = 128  # logical k per 64-byte block of 2:4 values
 # per copy round: w4b8s3, w8b8s2, w4b8s4, w2b16s3) were no faster than the 2-block ones on any layer at M = 1 and up
 # to 2.6x slower, so DRAM page locality is not what held the streaming back; they are not built.
 VARIANTS = {"w8b2s4": (8, 2, 4), "w4b2s4": (4, 2, 4), "w8b2s3": (8, 2, 3), "w16b2s2": (16, 2, 2), "w4b4s3": (4, 4, 3),
-            "w8b4s3": (8, 4, 3), "w16b2s3": (16, 2, 3)}
-# Session 26: warps sharing one 16-row tile (-DI8_KS; the .cu's KS), each taking every KS-th ring slot of the K chunk,
-# so a CTA reads KS x 128 contiguous bytes of a row at a time: name = base build + "k" + KS. The dense W8A8 layer
-# offers them at 2..16 tokens (compress.runtime.formats_ct.CTW8A8Linear, path "cuda_i8_<name>").
-SHARED_TILE = {"w8b2s3k4": 4, "w16b2s2k4": 4, "w16b2s2k8": 8, "w8b2s4k8": 8, "w16b2s3k8": 8}
-VARIANTS.update({name: VARIANTS[name[:name.index("k")]] for name in SHARED_TILE})
+            "w8b4s3": (8, 4, 3)}
 DEFAULT_VARIANT = "w8b2s4"
-
-
-def rows_per_cta(name: str) -> int:
-    """Output rows of one CTA of a build: 16 per warp, divided among the SHARED_TILE warps of a tile."""
-    return 16 * VARIANTS[name][0] // SHARED_TILE.get(name, 1)
 # waves = CTAs launched / CTAs resident at once (see `plan`); <= 1 keeps every CTA resident from the start. Session 10,
 # call 1 (rotate timing, geometric mean over the 8 Llama-3 shapes, 2:4): w8b2s4 was the fastest of the 5 builds x
 # waves 0.5 / 1 at every M; waves 0.5 at M = 1 / 4 (17.13 / 18.24 us; 1.0: 17.27 / 18.63), 1.0 at M = 16 (23.42;
@@ -87,57 +77,6 @@ QIN_MAX_WEIGHTS = 1 << 25
 # ab.log, one process, M = 1): faster on 8B gate/up (18.44 -> 17.60 us), slower on 8B down (20.19 -> 23.24) and 70B
 # q/o (21.98 -> 24.73), within noise elsewhere.
 CHAIN_DEFAULT = "0"
-
-
-# Dense W8A8 layers served by the shared-tile builds: (N, K) -> {largest M of the bucket: (variant, waves)}; a call of
-# M tokens takes the first bucket >= M. Empty until measured (the runtime then offers no CUDA dense path).
-DENSE_TUNED: dict[tuple[int, int], dict[int, tuple[str, float]]] = {}
-DENSE_PATH_MAX_M = 16  # the runtime offers the dense path up to here (the decode and few-token calls)
-
-
-_picks_cache: dict[str, dict] = {}
-
-
-def dense_picks() -> dict[tuple[int, int], dict[int, tuple[str, float]]]:
-    """COMPRESS_I8_DENSE_PICKS=FILE.json: a sweep's picks ({"N,K": {"M": [variant, waves]}}, what
-    bench/results/h200/kernels_s26/sweep_i8.py writes), read in place of DENSE_TUNED; else {}."""
-    path = os.environ.get("COMPRESS_I8_DENSE_PICKS")
-    if not path:
-        return {}
-    if path not in _picks_cache:
-        import json
-
-        try:
-            raw = json.loads(Path(path).read_text())
-            got = {tuple(int(v) for v in nk.split(",")): {int(b): (str(c[0]), float(c[1])) for b, c in by.items()}
-                   for nk, by in raw.items()}
-        except (OSError, ValueError, TypeError, IndexError, AttributeError) as e:
-            raise CompressError(f"COMPRESS_I8_DENSE_PICKS={path!r} is not a readable picks file ({e}); write "
-                                '{"N,K": {"16": [variant, waves]}} or unset it') from None
-        bad = sorted({c[0] for by in got.values() for c in by.values()} - set(VARIANTS))
-        if bad:
-            raise CompressError(f"COMPRESS_I8_DENSE_PICKS={path!r} names unknown variants {bad}; use {sorted(VARIANTS)}")
-        _picks_cache[path] = got
-    return _picks_cache[path]
-
-
-def dense_config(m: int, n: int, k: int) -> tuple[str, float] | None:
-    """(variant, waves) the dense W8A8 layer (N, K) runs at M tokens, or None where no measured config beats the
-    Triton kernels (`DENSE_TUNED`, or a sweep's picks file: COMPRESS_I8_DENSE_PICKS). COMPRESS_I8_DENSE=NAME/WAVES
-    forces one config on every shape (sweeps, tests)."""
-    forced = os.environ.get("COMPRESS_I8_DENSE")
-    if forced:
-        name, _, waves = forced.partition("/")
-        if name not in VARIANTS:
-            raise CompressError(f"COMPRESS_I8_DENSE={forced!r}: unknown variant {name!r}; pick one of {sorted(VARIANTS)}")
-        try:
-            return name, float(waves or DEFAULT_WAVES)
-        except ValueError:
-            raise CompressError(f"COMPRESS_I8_DENSE={forced!r}: waves {waves!r} is not a number; e.g. {name}/0.5") from None
-    if m > DENSE_PATH_MAX_M:
-        return None
-    buckets = (dense_picks() if os.environ.get("COMPRESS_I8_DENSE_PICKS") else DENSE_TUNED).get((n, k), {})
-    return next((buckets[b] for b in sorted(buckets) if m <= b), None)
 
 
 def default_waves(m: int) -> float:
@@ -218,8 +157,6 @@ def unpack_meta_fragments(frag: torch.Tensor, n: int, k: int, layout: torch.Tens
 def compile_variant(arch_code: str, name: str) -> Path:
     warps, blocks, slots = VARIANTS[name]
     flags = [f"-DI8_WARPS={warps}", f"-DI8_SB={blocks}", f"-DI8_STAGES={slots}"]
-    if SHARED_TILE.get(name, 1) > 1:
-        flags.append(f"-DI8_KS={SHARED_TILE[name]}")
     return cuda_build.compile_library(SRC, name, flags, arch_code, "int8 CUDA GEMV", "the Triton kernels serve instead")
 
 
@@ -274,7 +211,7 @@ def plan(n: int, k: int, m: int, sms: int, name: str, sparse: bool, waves: float
     """(per, split): blocks per CTA and K chunks. The split aims at `waves` x the CTAs resident at once, so that every
     SM keeps copies in flight; each extra chunk costs one int32 atomic add per output and token."""
     kblocks = k // block_k(sparse)
-    rows = rows_per_cta(name)
+    rows = 16 * VARIANTS[name][0]
     groups = -(-n // rows)
     want = max(1, int(sms * max(1, ctas_per_sm) * waves))
     split = max(1, min(kblocks, want // groups))
@@ -366,7 +303,7 @@ def launch_quantized(xq: torch.Tensor, sx: torch.Tensor | None, w: torch.Tensor,
     waves = default_waves(m) if waves is None else waves
     per, s = split or plan_for(xq.device, lib, name, n, k, m, sparse, waves)
     pdl = pdl_mode() if pdl is None else int(pdl)
-    rows = rows_per_cta(name)
+    rows = 16 * VARIANTS[name][0]
     ws, cnt = _workspace.get(xq.device, m * n if s > 1 else 0, -(-n // rows))
     flags = {0: 0, 1: 1, 2: 3}[pdl] | (4 if sparse else 0) | (8 if out_dtype == torch.bfloat16 else 0) | (16 if qin else 0)
     rc = lib.i8_gemv(xq.data_ptr(), xq.stride(0), None if qin else sx.data_ptr(), w.data_ptr(),
@@ -393,11 +330,6 @@ def _launch(x: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor, meta_frag: 
         return x.new_empty(*lead, n)
     pdl = pdl_mode() if kw.get("pdl") is None else int(kw["pdl"])
     kw["pdl"] = pdl
-    if meta_frag is None and kw.get("name") is None:  # dense: the measured build for this shape, if any
-        cfg = dense_config(x2.shape[0], n, k)
-        if cfg is not None:
-            kw["name"] = cfg[0]
-            kw.setdefault("waves", cfg[1])
     qin = kw.pop("qin", None)
     if qin if qin is not None else qin_default(x2.shape[0], n, k):
         return launch_quantized(x2, None, w, w_scale.reshape(-1), x.dtype, meta_frag, **kw).reshape(*lead, n)

@@ -328,15 +328,8 @@ class CTW8A8Linear(QuantLinear):
 
             paths += [("gemv_i8_%dx%d_w%d" % c, partial(gemv_i8, x2d, None, self.qweight, self.scale, x2d.dtype, c))
                       for c in GEMV_I8_CONFIGS]
-        # kernels/i8_gemv.py's dense mode (the CUDA int8 tensor-core GEMV) only where a shared-tile build was measured
-        # faster than the paths above (session 26, `dense_config`); session 10 measured its one-warp-a-tile builds
-        # slower on all 8 Llama-3 shapes at 1, 4 and 16 tokens (bench/results/h100/kernels_s10_i8/).
-        m = x2d.shape[0]
-        if gemm_ok and self.in_features % 64 == 0 and kb.unavailable(x2d.device, "i8_gemv", "dense_config") is None:
-            i8 = kb.kernel_module("i8_gemv")
-            if i8.dense_config(m, self.out_features, self.in_features) is not None and i8.supports(x2d, self.qweight,
-                                                                                                  self.scale):
-                paths.append(("cuda_i8", lambda: i8.w8a8_gemv(x2d, self.qweight, self.scale)))
+        # kernels/i8_gemv.py's dense mode (the CUDA int8 tensor-core GEMV) is not offered: session 10 measured it slower
+        # than these paths on all 8 Llama-3 shapes at 1, 4 and 16 tokens (bench/results/h100/kernels_s10_i8/).
         if not paths:  # announced at load (`kernel_partial`): same math, plain torch
             paths.append(("reference", partial(self.reference, x2d)))
         return paths

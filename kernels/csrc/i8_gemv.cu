@@ -36,8 +36,7 @@
 // 256 bytes of fragment-ordered metadata for 2:4), filled with 16-byte cp.async.cg (L1 bypassed, L2 evict-first).
 // Odd rows store block u at u ^ 1 (SB even) so the two rows of an 8-lane phase read opposite bank halves.
 //
-// Work: CTA = WARPS warps = 16 * WARPS / KS rows x a K chunk of `per` blocks (grid.y = S chunks); with KS > 1 the KS
-// warps of a 16-row tile take turns over its ring slots (see KS below). S > 1: every CTA adds
+// Work: CTA = WARPS warps = 16 * WARPS rows x a K chunk of `per` blocks (grid.y = S chunks). S > 1: every CTA adds
 // its int32 sums into a zeroed int32 workspace (red.global.add: integer sums, so the order of arrival does not
 // change a bit), and the last CTA of a row group (counter) scales, writes y, and zeroes the workspace and the
 // counter again (CUDA-graph safe). (Session 10, call 3: a balanced stream-K schedule, CTAs sharing the row groups x
@@ -67,22 +66,12 @@
 #ifndef I8_STAGES
 #define I8_STAGES 4
 #endif
-#ifndef I8_KS
-#define I8_KS 1
-#endif
 
 namespace {
 
 constexpr int WARPS = I8_WARPS;
 constexpr int THREADS = WARPS * 32;
-// Session 26: KS warps share one 16-row tile, warp w taking the tile's ring slots w % KS, w % KS + KS, ... of the K
-// chunk (KS = 1: every warp its own tile, sessions 10-25), so a CTA reads KS x SB x 64 contiguous bytes of each of
-// its rows at a time -- what took the W4A16 and 2:4 W8A16 GEMVs' streaming up (kernels/csrc/w4a16_gemv.cu,
-// sp24_w16_gemv.cu). The KS warps' int32 sums meet in shared memory before the epilogue (integers: any order gives
-// the same bits).
-constexpr int KS = I8_KS;
-constexpr int ROWS = 16 * WARPS / KS;  // output rows per CTA
-static_assert(KS >= 1 && WARPS % KS == 0, "I8_KS must divide I8_WARPS");
+constexpr int ROWS = 16 * WARPS;   // output rows per CTA
 constexpr int SB = I8_SB;          // blocks per ring slot
 constexpr int STAGES = I8_STAGES;  // ring slots per warp
 constexpr int MAX_M = 64;          // eight mma n-tiles of 8 tokens (session 11; 16 before)
@@ -163,10 +152,9 @@ __global__ void __launch_bounds__(THREADS, 2) i8_gemv_kernel(const Args a) {
   constexpr int COPIES = VCOPIES + (SPARSE ? SB * 16 : 0);  // + metadata copies
   constexpr int CPL = (COPIES + 31) / 32;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int wt = warp / KS, wk = warp % KS;  // the warp's row tile, and its turn among the tile's KS warps
   const int n_base = blockIdx.x * ROWS;
   const int blk0 = blockIdx.y * a.per, nb = min(a.per, a.kblocks - blk0);
-  const int rg16 = n_base / 16 + wt;                      // the warp's 16-row group
+  const int rg16 = n_base / 16 + warp;                    // the warp's 16-row group
   const int rg16_ok = rg16 * 16 < a.N ? rg16 : 0;         // a warp past N copies group 0 (valid memory, discarded)
 
   uint8_t* ring = reinterpret_cast<uint8_t*>(smem);
@@ -186,7 +174,7 @@ __global__ void __launch_bounds__(THREADS, 2) i8_gemv_kernel(const Args a) {
     const int c = lane + 32 * i;
     if (i * 32 < VCOPIES) {
       const int r = c / (4 * SB), u = (c / 4) % SB, piece = c % 4;
-      const int row = n_base + wt * 16 + r;
+      const int row = n_base + warp * 16 + r;
       src[i] = a.w + (size_t)(row < a.N ? row : 0) * a.vrow + (size_t)(blk0 + u) * 4 + piece;
       dst[i] = (uint32_t)(r * SB * 64 + (SB > 1 ? (u ^ (r & 1)) : u) * 64 + piece * 16);
       cu[i] = u;
@@ -197,15 +185,13 @@ __global__ void __launch_bounds__(THREADS, 2) i8_gemv_kernel(const Args a) {
       cu[i] = c < COPIES ? mc / 16 : SB;  // SB: no copy
     }
   }
-  // Ring slots this warp fills over the chunk: its own slot st covers the chunk's slot st * KS + wk.
-  const int nst = KS == 1 ? (nb + SB - 1) / SB : max(0, ((nb + SB - 1) / SB - wk + KS - 1) / KS);
+  const int nst = (nb + SB - 1) / SB;
   auto issue = [&](int st) {
     const uint32_t base = my_ring + (uint32_t)((st % STAGES) * SLOT);
-    const int cst = st * KS + wk;
 #pragma unroll
     for (int i = 0; i < CPL; ++i) {
       const int step = i * 32 < VCOPIES ? 4 : 16;  // 16-byte vectors per block: a row's values / a group's metadata
-      if (cu[i] < SB && cst * SB + cu[i] < nb) cp_async16(base + dst[i], src[i] + (size_t)cst * SB * step, pol);
+      if (cu[i] < SB && st * SB + cu[i] < nb) cp_async16(base + dst[i], src[i] + (size_t)st * SB * step, pol);
     }
   };
 #pragma unroll
@@ -214,7 +200,7 @@ __global__ void __launch_bounds__(THREADS, 2) i8_gemv_kernel(const Args a) {
     cp_async_commit();
   }
   // Channel scales of the lane's two rows (weights: read before the wait when early).
-  const int row_a = n_base + wt * 16 + g, row_b = row_a + 8;
+  const int row_a = n_base + warp * 16 + g, row_b = row_a + 8;
   const float swa = row_a < a.N ? __ldg(a.sw + row_a) : 0.f, swb = row_b < a.N ? __ldg(a.sw + row_b) : 0.f;
 
   grid_dep_wait();  // x, sx, ws and counters below
@@ -312,7 +298,7 @@ __global__ void __launch_bounds__(THREADS, 2) i8_gemv_kernel(const Args a) {
     const uint8_t* slot = my_slot0 + (it % STAGES) * SLOT;
 #pragma unroll
     for (int u = 0; u < SB; ++u) {
-      const int lb = (it * KS + wk) * SB + u;
+      const int lb = it * SB + u;
       if (lb < nb) {
         const uint4 wa = *reinterpret_cast<const uint4*>(slot + (u ^ par) * 64);
         const uint4 wb = *reinterpret_cast<const uint4*>(slot + (u ^ par) * 64 + 8 * SB * 64);
@@ -342,37 +328,8 @@ __global__ void __launch_bounds__(THREADS, 2) i8_gemv_kernel(const Args a) {
   cp_async_wait<0>();
   grid_dep_launch();  // the next kernel may start its own weight copies during this epilogue
 
-  // KS > 1: warps 1..KS-1 of a tile leave their sums in their own (now idle) rings, lane-major; warp 0 of the tile
-  // adds them and alone carries the tile on from here.
-  const bool holds = KS == 1 || wk == 0;
-  if constexpr (KS > 1) {
-    static_assert(STAGES * SLOT >= MT * 4 * 32 * 4, "a warp's ring must hold its sums for the tile reduction");
-    int* mine = reinterpret_cast<int*>(ring + warp * STAGES * SLOT);
-    __syncwarp();  // every lane is done with the ring's last slot
-    if (!holds) {
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-        for (int c = 0; c < 4; ++c) mine[(mt * 4 + c) * 32 + lane] = acc[mt][c];
-      }
-    }
-    __syncthreads();
-    if (holds) {
-#pragma unroll 1
-      for (int j = 1; j < KS; ++j) {
-        const int* other = reinterpret_cast<const int*>(ring + (warp + j) * STAGES * SLOT);
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-          for (int c = 0; c < 4; ++c) acc[mt][c] += other[(mt * 4 + c) * 32 + lane];
-        }
-      }
-    }
-  }
-
   // acc[mt]: (row_a, token 8 mt + 2t), (row_a, 8 mt + 2t + 1), (row_b, 8 mt + 2t), (row_b, 8 mt + 2t + 1)
   if (a.S == 1) {
-    if (!holds) return;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
       const int t0 = 8 * mt + 2 * t, t1 = t0 + 1;
@@ -383,15 +340,13 @@ __global__ void __launch_bounds__(THREADS, 2) i8_gemv_kernel(const Args a) {
     }
     return;
   }
-  if (holds) {  // the other warps of a shared tile still meet the barriers below
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-      const int t0 = 8 * mt + 2 * t, t1 = t0 + 1;
-      if (row_a < a.N && t0 < a.M) red_add(a.ws + (size_t)t0 * a.N + row_a, acc[mt][0]);
-      if (row_a < a.N && t1 < a.M) red_add(a.ws + (size_t)t1 * a.N + row_a, acc[mt][1]);
-      if (row_b < a.N && t0 < a.M) red_add(a.ws + (size_t)t0 * a.N + row_b, acc[mt][2]);
-      if (row_b < a.N && t1 < a.M) red_add(a.ws + (size_t)t1 * a.N + row_b, acc[mt][3]);
-    }
+  for (int mt = 0; mt < MT; ++mt) {
+    const int t0 = 8 * mt + 2 * t, t1 = t0 + 1;
+    if (row_a < a.N && t0 < a.M) red_add(a.ws + (size_t)t0 * a.N + row_a, acc[mt][0]);
+    if (row_a < a.N && t1 < a.M) red_add(a.ws + (size_t)t1 * a.N + row_a, acc[mt][1]);
+    if (row_b < a.N && t0 < a.M) red_add(a.ws + (size_t)t0 * a.N + row_b, acc[mt][2]);
+    if (row_b < a.N && t1 < a.M) red_add(a.ws + (size_t)t1 * a.N + row_b, acc[mt][3]);
   }
   __threadfence();  // the sums are visible device-wide before the counter moves
   __syncthreads();
@@ -532,9 +487,8 @@ __global__ void sp_probe_kernel(int* out) {
 
 extern "C" {
 
-// The build's variant: warps sharing a row tile * 10000 (when more than one) + warps * 100 + blocks per slot * 10 +
-// ring slots.
-int i8_gemv_variant() { return (I8_KS > 1 ? I8_KS * 10000 : 0) + I8_WARPS * 100 + I8_SB * 10 + I8_STAGES; }
+// The build's variant: warps * 100 + blocks per slot * 10 + ring slots.
+int i8_gemv_variant() { return I8_WARPS * 100 + I8_SB * 10 + I8_STAGES; }
 int i8_gemv_rows_per_cta() { return ROWS; }
 long i8_gemv_smem_bytes(int per, int M, int sparse) {
   return (long)(sparse ? smem_bytes<true>(per, M) : smem_bytes<false>(per, M));

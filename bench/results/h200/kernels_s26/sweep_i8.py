@@ -9,6 +9,8 @@ Arms: the one-warp-a-tile default build (for reference) and every SHARED_TILE bu
 timed again. Writes OUT_JSON (all arms) and OUT_PICKS ({"N,K": {"M": [variant, waves]}} where the fastest arm beat the
 served path by more than 2% in both of its timings: the form of kernels/i8_gemv.py DENSE_TUNED).
 
+The shared-tile builds were reverted after call 1 (they lost everywhere): run this at commit 49562b0, which has them.
+
 Usage (repository root, GPU machine): python3 bench/results/h200/kernels_s26/sweep_i8.py OUT_JSON OUT_PICKS [M ...]
 Environment: SWEEP_VARIANTS (default: every SHARED_TILE build and DEFAULT_VARIANT), SWEEP_WAVES (0.5,1,2).
 """
