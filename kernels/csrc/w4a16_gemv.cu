@@ -818,20 +818,21 @@ __global__ void __launch_bounds__(THREADS, min_ctas(MT)) w4a16_gemv_kernel(const
     namespace cg = cooperative_groups;
     float* red = reinterpret_cast<float*>(ring + warp * STAGES * SLOT);
     __syncwarp();  // every lane is done with the ring's last slot
+    if (holds) {   // a shared tile's other warps hold no sums now (and still meet the cluster barriers)
 #pragma unroll
-    for (int rt = 0; rt < RT; ++rt) {
-      if (!holds) break;
-      const int r = 16 * rt + g;
+      for (int rt = 0; rt < RT; ++rt) {
+        const int r = 16 * rt + g;
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        const int tok0 = 8 * mt + 2 * t, tok1 = tok0 + 1;
-        if (tok0 < a.M) {
-          red[tok0 * WROWS + r] = acc[rt][mt][0];
-          red[tok0 * WROWS + r + 8] = acc[rt][mt][2];
-        }
-        if (tok1 < a.M) {
-          red[tok1 * WROWS + r] = acc[rt][mt][1];
-          red[tok1 * WROWS + r + 8] = acc[rt][mt][3];
+        for (int mt = 0; mt < MT; ++mt) {
+          const int tok0 = 8 * mt + 2 * t, tok1 = tok0 + 1;
+          if (tok0 < a.M) {
+            red[tok0 * WROWS + r] = acc[rt][mt][0];
+            red[tok0 * WROWS + r + 8] = acc[rt][mt][2];
+          }
+          if (tok1 < a.M) {
+            red[tok1 * WROWS + r] = acc[rt][mt][1];
+            red[tok1 * WROWS + r + 8] = acc[rt][mt][3];
+          }
         }
       }
     }
