@@ -15,6 +15,7 @@ import torch
 import torch.nn as nn
 
 from compress.bench.e2e_workloads import Workload
+from compress.bench.kernel_timing import keep_busy
 from compress.runtime.fastpath import FastLM, unsupported_reason
 from compress.runtime.generate import Generator
 from compress.runtime.loader import reference_backend
@@ -91,11 +92,7 @@ def copy_bandwidth_gbs(device: torch.device) -> float:
     if device.type == "cuda":
         src = torch.empty(2**30, dtype=torch.float16, device=device).fill_(1.0)  # 2 GiB
         dst = torch.empty_like(src)
-        torch.cuda.synchronize()
-        t_end = time.perf_counter() + 0.5
-        while time.perf_counter() < t_end:
-            dst.copy_(src)
-            torch.cuda.synchronize()
+        keep_busy(lambda: dst.copy_(src))
         times = []
         for _ in range(30):
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
