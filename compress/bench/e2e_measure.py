@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 
 from compress.bench.e2e_workloads import Workload
-from compress.bench.kernel_timing import keep_busy
+from compress.bench.kernel_timing import copy_bandwidth_gbs as gpu_copy_bandwidth_gbs
 from compress.runtime.fastpath import FastLM, unsupported_reason
 from compress.runtime.generate import Generator
 from compress.runtime.loader import reference_backend
@@ -85,25 +85,11 @@ def decode_weight_bytes(model: nn.Module) -> int:
 
 
 def copy_bandwidth_gbs(device: torch.device) -> float:
-    """Device-to-device copy bandwidth, (bytes read + bytes written) / time, GB/s.
-
-    GPU: 2 GiB copies, after 0.5 s of copying so that the clocks have left their idle state (measured
-    here: a copy timed right after a cold start read 2.4 TB/s); median of 30 CUDA-event timings."""
+    """Device-to-device copy bandwidth, (bytes read + bytes written) / time, GB/s: on a GPU the kernel tables'
+    measurement (compress.bench.kernel_timing.copy_bandwidth_gbs: 2 GiB copies after 0.5 s of copying, median of 30
+    CUDA-event timings); on the CPU a 64 MiB copy."""
     if device.type == "cuda":
-        src = torch.empty(2**30, dtype=torch.float16, device=device).fill_(1.0)  # 2 GiB
-        dst = torch.empty_like(src)
-        keep_busy(lambda: dst.copy_(src))
-        times = []
-        for _ in range(30):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            dst.copy_(src)
-            b.record()
-            b.synchronize()
-            times.append(a.elapsed_time(b) / 1e3)
-        del src, dst
-        torch.cuda.empty_cache()
-        return 2 * 2**31 / sorted(times)[len(times) // 2] / 1e9
+        return gpu_copy_bandwidth_gbs(device)
     src = torch.randn(64 * 2**20 // 4)  # 64 MiB: beyond the caches of the CI machine
     dst = torch.empty_like(src)
     best = float("inf")

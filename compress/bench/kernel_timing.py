@@ -25,6 +25,7 @@ earlier probe scripts use).
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import statistics
 from typing import Any, Callable
@@ -230,9 +231,7 @@ def checked_call_us(fn: Callable[[Any], Any], weights: Any, want: torch.Tensor, 
 
 def keep_busy(fn: Callable[[], Any], seconds: float = 0.5) -> None:
     """Run fn() back to back (synchronized) for `seconds`, so that the GPU's clocks leave their idle state before a
-    timing. Measured: session 26's H200 kernel table timed its copy 0.1 s after the process started, at 2774 GB/s,
-    and its GEMVs then read 4200 GB/s (151% of that); the end-to-end bound's copy, timed after 0.5 s of copies, reads
-    2.4 TB/s on an H100 without that wait and ~3.0 with it."""
+    timing (a copy timed right after a cold start read 2.4 TB/s on an H100, ~3.0 after this)."""
     import time
 
     end = time.perf_counter() + seconds
@@ -241,15 +240,30 @@ def keep_busy(fn: Callable[[], Any], seconds: float = 0.5) -> None:
         torch.cuda.synchronize()
 
 
-def copy_bandwidth_gbs(device: torch.device | str = "cuda", gib: float = 1.0, method: str = DEFAULT_METHOD) -> float:
-    """Device-to-device copy of `gib` GiB (20x the H100's L2): (bytes read + written) / per-call time, in GB/s,
-    after `keep_busy` copies."""
+def copy_bandwidth_gbs(device: torch.device | str = "cuda", gib: float = 2.0) -> float:
+    """Device-to-device copy bandwidth, (bytes read + bytes written) / time, GB/s: `gib` GiB copies launched one at a
+    time after `keep_busy` copies, median of 30 CUDA-event timings. The kernel tables' "% copy BW" and the end-to-end
+    bound both divide by it.
+
+    Not inside a CUDA graph: a captured copy_ becomes a graph memcpy node, which on session 26's H200 ran at 2711-2718
+    GB/s against 4194 for the same copy launched eagerly (bench/results/h200/kernels_s26/call2/copy.log), so the
+    kernel table, which timed its copy that way, listed GEMVs at 151% of the copy bandwidth. On the H100 both read
+    ~3.0 TB/s."""
     n = int(gib * 2**30) // 2
-    src = torch.randn(n, device=device, dtype=torch.float32).half()
+    src = torch.empty(n, dtype=torch.float16, device=device).fill_(1.0)
     dst = torch.empty_like(src)
-    keep_busy(lambda: dst.copy_(src))
-    ms = call_ms(lambda _w: dst.copy_(src), None, method, min_calls=10)
-    return 2 * src.numel() * src.element_size() / (ms * 1e-3) / 1e9
+    keep_busy(functools.partial(dst.copy_, src))
+    times = []
+    for _ in range(30):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        dst.copy_(src)
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) / 1e3)
+    del src, dst
+    torch.cuda.empty_cache()
+    return 2 * n * 2 / statistics.median(times) / 1e9
 
 
 def device_description() -> dict:

@@ -193,7 +193,7 @@ def run_kernel_bench(suites: list[str], out_dir: Path, quick: bool = False, comm
     env = device_description()
     env["timing"] = timing
     env["timing_text"] = method_description(timing)
-    env["copy_gbs"] = copy_bandwidth_gbs(method=timing)
+    env["copy_gbs"] = copy_bandwidth_gbs()
     if command is None:  # how this process was started: the CLI, or `python -m compress.bench.kernels`
         prog = "python -m compress.bench.kernels" if sys.argv and sys.argv[0].endswith("kernels.py") else "compress bench kernels"
         command = prog + " " + " ".join(shlex.quote(a) for a in sys.argv[1:])
