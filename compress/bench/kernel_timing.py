@@ -247,8 +247,8 @@ def copy_bandwidth_gbs(device: torch.device | str = "cuda", gib: float = 2.0) ->
 
     Not inside a CUDA graph: a captured copy_ becomes a graph memcpy node, which on session 26's H200 ran at 2711-2718
     GB/s against 4194 for the same copy launched eagerly (bench/results/h200/kernels_s26/call2/copy.log), so the
-    kernel table, which timed its copy that way, listed GEMVs at 151% of the copy bandwidth. On the H100 both read
-    ~3.0 TB/s."""
+    kernel table, which timed its copy that way, listed GEMVs at 151% of the copy bandwidth. On the H100 the graph
+    copy read ~2440 GB/s in the tables, the eager one ~3.0 TB/s."""
     n = int(gib * 2**30) // 2
     src = torch.empty(n, dtype=torch.float16, device=device).fill_(1.0)
     dst = torch.empty_like(src)
