@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from compress.bench.kernels import linear_markdown, run_kernel_bench, targets, vptq_markdown
+from compress.bench.kernels import gpu_folder_name, linear_markdown, run_kernel_bench, targets, vptq_markdown
 from compress.errors import CompressError
 from kernels.cases import vptq_seed_rows
 
@@ -73,3 +73,11 @@ def test_report_header_names_the_timing_method():
 def test_bench_rejects_an_unknown_timing_method(tmp_path):
     with pytest.raises(CompressError, match="timing method"):
         run_kernel_bench(["w8a8"], tmp_path, timing="cold")
+
+
+@pytest.mark.parametrize("name,folder", [("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA H200", "h200"),
+                                         ("NVIDIA A100-SXM4-80GB", "a100"), ("", "gpu")])
+def test_default_results_folder_is_named_after_the_gpu(name, folder):
+    """`compress bench kernels` without --output writes to bench/results/<folder>/kernels: an H200 run no longer lands
+    in the H100's folder."""
+    assert gpu_folder_name(name) == folder

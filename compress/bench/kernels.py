@@ -14,6 +14,7 @@ Ours, torch fp16 and the peers are timed by the same method in the same run; the
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import statistics
 import sys
@@ -281,13 +282,21 @@ def render_markdown(report: dict) -> str:
     return "\n".join(parts) + "\n"
 
 
+def gpu_folder_name(device_name: str) -> str:
+    """The results folder of a GPU: its model, lower case, without the vendor and the memory suffixes
+    ("NVIDIA H100 80GB HBM3" -> "h100", "NVIDIA H200" -> "h200", "NVIDIA A100-SXM4-80GB" -> "a100")."""
+    words = re.split(r"[\s_-]+", device_name.lower().replace("nvidia", " ").strip())
+    word = re.sub(r"[^a-z0-9]", "", words[0]) if words and words[0] else ""
+    return word or "gpu"
+
+
 def kernels(
     suite: Annotated[list[KernelSuite], typer.Option("--suite", help="Which kernel suite(s) to run; repeatable.")] = [  # noqa: B006
         KernelSuite.all
     ],
-    output: Annotated[Path, typer.Option("--output", help="Directory for kernels.md, kernels.json and the plots.")] = Path(
-        "bench/results/h100/kernels"
-    ),
+    output: Annotated[Path | None, typer.Option(
+        "--output", help="Directory for kernels.md, kernels.json and the plots (default: bench/results/<gpu>/kernels, "
+        "e.g. h100 or h200, from the GPU's name).", show_default=False)] = None,
     quick: Annotated[bool, typer.Option("--quick", help="Fewer shapes and M values (a smoke run).")] = False,
     timing: Annotated[Timing, typer.Option("--timing", help="rotate: >= 120 calls back to back in one CUDA graph over "
                                            "weight copies >= 2.5x the L2 (decode-shaped, the default); flush: one "
@@ -295,6 +304,9 @@ def kernels(
 ) -> None:
     """Benchmark the bundled GPU kernels (VPTQ, W4A16, W8A8, 2:4) against torch fp16 on this GPU."""
     names = SUITE_ORDER if any(s == KernelSuite.all for s in suite) else [s.value for s in suite]
+    if output is None:  # without a GPU run_kernel_bench says so before anything is written
+        gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "gpu"
+        output = Path("bench/results") / gpu_folder_name(gpu) / "kernels"
     report = run_kernel_bench(names, output, quick=quick, timing=timing.value)
     typer.echo("\n".join(report["targets"]))
     typer.echo(f"wrote {output / 'kernels.md'}")
