@@ -81,3 +81,19 @@ def test_default_results_folder_is_named_after_the_gpu(name, folder):
     """`compress bench kernels` without --output writes to bench/results/<folder>/kernels: an H200 run no longer lands
     in the H100's folder."""
     assert gpu_folder_name(name) == folder
+
+
+def test_w4a16_table_prebuilds_every_build_its_rows_run():
+    """The W4A16 table compiles, up front and in parallel, each CUDA GEMV build that a row's default config names (a
+    fresh machine built them one at a time on first use), and nothing that is not a build."""
+    from compress.bench.kernel_suites import QUICK_M, w4a16_table_builds
+    from kernels import w4a16_cuda
+    from kernels.cases import BENCH_M, LLAMA_SHAPES
+
+    for ms in (QUICK_M, BENCH_M):
+        names = w4a16_table_builds(ms)
+        assert set(names) <= set(w4a16_cuda.VARIANTS) and w4a16_cuda.DEFAULT_VARIANT in names
+        for _, n, k in LLAMA_SHAPES:
+            for m in ms:
+                if m <= w4a16_cuda.MAX_M:
+                    assert w4a16_cuda.default_config(m, n, k)[0] in names

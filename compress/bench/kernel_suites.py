@@ -268,10 +268,40 @@ def _ours_w4a16(x, p, gs: int, ref: torch.Tensor | None, method: str = DEFAULT_M
             "path": w4a16_cuda.planned(n, x.shape[-1], x.shape[0]) if won else _path(_config(x.shape[0], n, x.shape[-1]))}
 
 
+def w4a16_table_builds(ms: list[int]) -> list[str]:
+    """The W4A16 CUDA GEMV builds the table runs: the default config's variant of every Llama-3 shape at every M it
+    serves (the library a call builds on first use), plus DEFAULT_VARIANT (what `supports` builds)."""
+    from kernels import w4a16_cuda
+
+    names = {w4a16_cuda.DEFAULT_VARIANT}
+    names |= {w4a16_cuda.default_config(m, n, k)[0] for _, n, k in LLAMA_SHAPES for m in ms if m <= w4a16_cuda.MAX_M}
+    return sorted(names)
+
+
+def _prebuild_w4a16(ms: list[int]) -> None:
+    """Compile the table's CUDA builds at once, in parallel nvcc processes. Built one at a time on first use, they took
+    most of session 26's W4A16 quick table on a fresh H200 (17 of 32 rows in 310 s; 65 s for all rows on session 25's
+    H100, whose builds were cached). A build that fails is left to the row that needs it, which then reports it."""
+    from compress.errors import CompressError
+    from kernels import w4a16_cuda
+
+    if not w4a16_cuda.enabled() or w4a16_cuda.cuda_build.nvcc() is None:
+        return
+    t0 = time.time()
+    names = w4a16_table_builds(ms)
+    try:
+        w4a16_cuda.prebuild(torch.device("cuda"), names)
+    except CompressError as e:
+        print(f"[bench] w4a16: a CUDA GEMV build failed ({str(e)[:120]}); the rows that need it say so", flush=True)
+        return
+    print(f"[bench] w4a16: {len(names)} CUDA GEMV builds ready in {time.time() - t0:.0f} s", flush=True)
+
+
 def run_w4a16(copy_gbs: float, quick: bool, method: str = DEFAULT_METHOD) -> list[dict]:
     from compress.packing.int4 import unpack_int4
     from kernels.w4a16 import w4a16_linear_ref
 
+    _prebuild_w4a16(QUICK_M if quick else BENCH_M)
     rows = []
     gl = _Gemlite(method)
     for name, n, k in LLAMA_SHAPES:
