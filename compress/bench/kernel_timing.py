@@ -1,5 +1,6 @@
 """Device timing for `compress bench kernels` (and its config sweep): per-call milliseconds of a layer call,
-measured the same way for our kernels, torch fp16 and the peers, plus the copy bandwidth the tables compare to.
+measured the same way for our kernels, torch fp16 and the peers, plus the copy bandwidth the tables (and the
+end-to-end bound) compare to, which is timed on its own, outside any graph (`copy_bandwidth_gbs`).
 
 Two methods (`call_ms(fn, weights, method=)`):
 
@@ -28,6 +29,7 @@ import copy
 import functools
 import math
 import statistics
+import time
 from typing import Any, Callable
 
 import torch
@@ -232,8 +234,6 @@ def checked_call_us(fn: Callable[[Any], Any], weights: Any, want: torch.Tensor, 
 def keep_busy(fn: Callable[[], Any], seconds: float = 0.5) -> None:
     """Run fn() back to back (synchronized) for `seconds`, so that the GPU's clocks leave their idle state before a
     timing (a copy timed right after a cold start read 2.4 TB/s on an H100, ~3.0 after this)."""
-    import time
-
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         fn()

@@ -239,7 +239,8 @@ def render_markdown(report: dict) -> str:
         f"Command: `{env['command']}`  ",
         *([f"**Partial report** (the run was still going or was cut short: {env['partial']}).  "] if env.get("partial") else []),
         f"Date: {env['date']}; torch {env['torch']}, triton {env['triton']}, CUDA {env['cuda']}, {env['sms']} SMs.  ",
-        f"Measured device-to-device copy bandwidth: {env['copy_gbs']:.0f} GB/s (bytes read + written).  ",
+        f"Measured device-to-device copy bandwidth: {env['copy_gbs']:.0f} GB/s (bytes read + written; 2 GiB copies "
+        "launched one at a time, not in a CUDA graph: compress.bench.kernel_timing.copy_bandwidth_gbs).  ",
         f"Timing (`--timing {env.get('timing', 'flush')}`): "
         + env.get("timing_text", "triton.testing.do_bench, median of CUDA-event timings, L2 flushed before every repetition")
         + ". Ours, torch fp16 and the peers measured by that method in the same run. ratio = ours / torch fp16 "
