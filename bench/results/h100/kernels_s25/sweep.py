@@ -10,7 +10,9 @@ per shape where it beat "cur" by more than 2%, in COMPRESS_W4A16_PICKS form: {"N
 cluster, false]}}).
 
 Usage (repository root, GPU machine): python3 bench/results/h100/kernels_s25/sweep.py OUT_JSON OUT_PICKS [M ...]
-Environment: SWEEP_VARIANTS (default every SHARED_TILE build), SWEEP_WAVES (0.5,1,2), SWEEP_SHAPES ("N,K;N,K").
+Environment: SWEEP_VARIANTS (default every SHARED_TILE build; "all": every build of w4a16_cuda.VARIANTS), SWEEP_WAVES
+(0.5,1,2), SWEEP_CLUSTER (0,1: the cluster reduction off and on), SWEEP_SHAPES ("N,K;N,K").
+Session 27 (H200 re-tune, bench/results/h200/kernels_s27/) added "all", SWEEP_CLUSTER and the two Qwen3-8B MLP shapes.
 """
 
 from __future__ import annotations
@@ -31,8 +33,12 @@ from kernels.cases import LLAMA_SHAPES, make_int4
 from kernels.w4a16 import w4a16_linear_ref
 
 VARIANTS = [v for v in os.environ.get("SWEEP_VARIANTS", ",".join(w4a16_cuda.SHARED_TILE)).split(",") if v]
+if VARIANTS == ["all"]:
+    VARIANTS = sorted(w4a16_cuda.VARIANTS)
 WAVES = tuple(float(w) for w in os.environ.get("SWEEP_WAVES", "0.5,1,2").split(","))
-SHAPES = [(name, n, k) for name, n, k in LLAMA_SHAPES] + [("8B fused qkv", 6144, 4096), ("8B fused gate_up", 28672, 4096)]
+CLUSTER = tuple(bool(int(c)) for c in os.environ.get("SWEEP_CLUSTER", "0,1").split(","))
+SHAPES = [(name, n, k) for name, n, k in LLAMA_SHAPES] + [("8B fused qkv", 6144, 4096), ("8B fused gate_up", 28672, 4096),
+                                                         ("Qwen3 fused gate_up", 24576, 4096), ("Qwen3 down", 4096, 12288)]
 if os.environ.get("SWEEP_SHAPES"):
     want = {tuple(int(v) for v in s.split(",")) for s in os.environ["SWEEP_SHAPES"].split(";")}
     SHAPES = [s for s in SHAPES if (s[1], s[2]) in want]
@@ -60,7 +66,7 @@ def main() -> None:
                                                                        waves=wv, cluster=cl, balanced=bl), p, want)
 
             arms = {f"cur {name}/{waves}/{int(cluster)}/{int(bal)}": arm(name, waves, cluster, bal)}
-            for nm, wv, cl in itertools.product(VARIANTS, WAVES, (False, True)):
+            for nm, wv, cl in itertools.product(VARIANTS, WAVES, CLUSTER):
                 arms[f"{nm}/{wv}/{int(cl)}"] = arm(nm, wv, cl)
             cur_key = next(iter(arms))
             best = min((a for a in arms if a != cur_key), key=lambda a: arms[a]["us"])
