@@ -52,34 +52,20 @@ DECODE_MAX_M = 16  # the balanced schedule and the fused input transforms stop h
 VARIANTS = {"w4b2s4": (4, 2, 4), "w4b4s3": (4, 4, 3), "w4b8s2": (4, 8, 2), "w4b1s8": (4, 1, 8), "w8b2s3": (8, 2, 3),
             "w2b2s6": (2, 2, 6), "w16b2s2": (16, 2, 2), "w16b2s3": (16, 2, 3), "w8b2s4": (8, 2, 4),
             "w4b2s3r2": (4, 2, 3), "w4b2s4r2": (4, 2, 4), "w8b2s2r2": (8, 2, 2), "w8b2s3r2": (8, 2, 3),
-            "w16b4s2": (16, 4, 2), "w8b4s3": (8, 4, 3), "w16b2s4": (16, 2, 4), "w8b2s6": (8, 2, 6)}
-# Session 27: the last three, with more weight bytes in flight per CTA (64-96 KB, against 32-48 KB for most of the
-# H100's winners), as candidates for the H200, whose higher bandwidth at about the same latency wants more bytes in flight.
+            "w16b4s2": (16, 4, 2)}
 # Session 8: 16-row mma tiles per warp (-DW4_RT); 2 = a warp owns 32 rows and each B fragment (activations) read from
 # shared memory feeds two weight tiles, halving that traffic per weight byte, which grows with the token tiles.
 ROW_TILES = {"w4b2s3r2": 2, "w4b2s4r2": 2, "w8b2s2r2": 2, "w8b2s3r2": 2}
 # Session 25: warps sharing one row tile (-DW4_KS; the .cu header), each taking every KS-th ring slot of the K chunk,
 # so a CTA reads KS x blocks x 64 contiguous bytes of a row at a time. The balanced schedule is not built for them.
 SHARED_TILE = {"w8b2s3k4": 4, "w8b2s3k8": 8, "w8b2s4k4": 4, "w16b2s2k4": 4, "w16b2s2k8": 8, "w16b2s3k8": 8,
-               "w4b2s4k4": 4, "w16b2s2k16": 16, "w16b2s3k4": 4, "w16b4s2k8": 8,
-               "w16b2s4k4": 4, "w16b2s4k8": 8, "w8b4s3k4": 4, "w8b2s6k4": 4}  # the last four: session 27 (H200)
+               "w4b2s4k4": 4, "w16b2s2k16": 16, "w16b2s3k4": 4, "w16b4s2k8": 8}
 VARIANTS.update({name: VARIANTS[name[:name.index("k")]] for name in SHARED_TILE})
-# Session 27 (an experiment, bench/results/h200/kernels_s27/README.md): builds that read the row-tiled qweight order
-# of compress/packing/int4_tiled.py (-DW4_TILED=1), named after their plain build + "t". They are not in VARIANTS:
-# nothing serves them, and a call must name one and pass weights tiled by `tile_rows`.
-TILED = {name + "t": name for name in ("w16b2s2", "w16b2s3", "w8b2s3", "w8b2s4", "w4b2s4", "w4b4s3", "w8b2s2r2",
-                                       "w16b2s2k4", "w16b2s2k8", "w16b2s2k16", "w8b2s3k4", "w16b2s3k4")}
-
-
-def _plain(name: str) -> str:
-    """The plain build whose geometry (warps, blocks, slots, row tiles, tile sharing) a build has."""
-    return TILED.get(name, name)
 
 
 def rows_per_cta(name: str) -> int:
     """Output rows of one CTA of a build variant: 16 per mma row tile, ROW_TILES tiles per warp, SHARED_TILE warps
     per tile."""
-    name = _plain(name)
     return 16 * VARIANTS[name][0] * ROW_TILES.get(name, 1) // SHARED_TILE.get(name, 1)
 
 
@@ -164,7 +150,7 @@ BALANCED: dict[tuple[int, int], dict[int, tuple[str, float]]] = {
 }
 _RC = {-1: "M outside 1..64", -2: "group_size not 64/128", -3: "bad split-K plan",
        -4: "shared memory over the device's per-block limit", -5: "fused input not aligned or K not a multiple of 8",
-       -6: "a fused input transform with more than 16 tokens", -7: "a tiled-layout build needs N a multiple of 16"}
+       -6: "a fused input transform with more than 16 tokens"}
 # Input transforms of `_launch` (the .cu's Args.xform): the decode step's glue folded into the GEMV's activation staging.
 XFORM = {None: 0, "silu_mul": 1, "rms_norm": 2}
 
@@ -258,15 +244,12 @@ def default_config(m: int, n: int | None = None, k: int | None = None) -> tuple[
 def compile_variant(arch_code: str, name: str, xform: bool = False) -> Path:
     """Build (or find cached) the library of one variant for an architecture code such as "90a". xform: the build with
     the fused input transforms (-DW4_XFORM=1, a library of its own; without it the kernels are session 6's)."""
-    plain = _plain(name)
-    warps, blocks, slots = VARIANTS[plain]
+    warps, blocks, slots = VARIANTS[name]
     flags = [f"-DW4_WARPS={warps}", f"-DW4_SB={blocks}", f"-DW4_STAGES={slots}"] + (["-DW4_XFORM=1"] if xform else [])
-    if ROW_TILES.get(plain, 1) > 1:  # only then: the session-6 variants keep their flags (and cached builds)
-        flags.append(f"-DW4_RT={ROW_TILES[plain]}")
-    if SHARED_TILE.get(plain, 1) > 1:
-        flags.append(f"-DW4_KS={SHARED_TILE[plain]}")
-    if name in TILED:
-        flags.append("-DW4_TILED=1")
+    if ROW_TILES.get(name, 1) > 1:  # only then: the session-6 variants keep their flags (and cached builds)
+        flags.append(f"-DW4_RT={ROW_TILES[name]}")
+    if SHARED_TILE.get(name, 1) > 1:
+        flags.append(f"-DW4_KS={SHARED_TILE[name]}")
     return cuda_build.compile_library(SRC, name + ("_xf" if xform else ""), flags, arch_code, "w4a16 CUDA GEMV",
                                       "the Triton kernels serve instead")
 
@@ -304,9 +287,8 @@ def prebuild(device: torch.device, names: list[str]) -> None:
 
 def smem_bytes(per: int, m: int, name: str, group_size: int = 128, asym: bool = False) -> int:
     """Shared memory of one CTA (the .cu's smem_bytes): weight ring, staged activations, scales, zeros."""
-    rows, gpb = rows_per_cta(name), 2 if group_size == 64 else 1
-    name = _plain(name)
     warps, blocks, slots = VARIANTS[name]
+    rows, gpb = rows_per_cta(name), 2 if group_size == 64 else 1
     r16 = lambda v: -(-v // 16) * 16  # noqa: E731
     return (warps * slots * blocks * 1024 * ROW_TILES.get(name, 1) + (per * 16 * m + 1) * 16 + r16(per * gpb * rows * 2)
             + (r16(per * gpb * rows) if asym else 0))
@@ -404,7 +386,7 @@ def plan_balanced(n: int, k: int, m: int, sms: int, name: str, waves: float = 1.
     kblocks = padded_k(k) // BLOCK_K
     units = -(-n // rows) * kblocks
     # The .cu builds the balanced schedule for <= 16 tokens and one warp per row tile.
-    if n * kblocks * 4 >= 2**31 or m > DECODE_MAX_M or name in SHARED_TILE or name in TILED:
+    if n * kblocks * 4 >= 2**31 or m > DECODE_MAX_M or name in SHARED_TILE:
         return None
     ctas = min(units, sms * max(1, round(max(1, ctas_per_sm) * waves)))
     per = -(-units // ctas)

@@ -56,12 +56,6 @@ def _w4a16_shared_tile() -> Path:
     return w4a16_cuda.compile_variant(ARCH, "w8b2s3k4")
 
 
-def _w4a16_tiled() -> Path:
-    from kernels import w4a16_cuda
-
-    return w4a16_cuda.compile_variant(ARCH, "w16b2s2t")
-
-
 def _vptq_gemm() -> Path:
     from kernels import vptq_gemm_cuda
 
@@ -81,7 +75,6 @@ BUILDS: dict[str, Callable[[], Path | list[Path]]] = {
     "w4a16_xform": _w4a16(True),  # the default variant with the fused input transforms
     "w4a16_two_row_tiles": _w4a16_two_row_tiles,
     "w4a16_shared_tile": _w4a16_shared_tile,  # four warps a row tile (session 25)
-    "w4a16_tiled": _w4a16_tiled,  # the row-tiled weight order (session 27)
     "vptq_gemm": _vptq_gemm,
     "vptq_cluster": _vptq_cluster,  # 8192 + 512 centroids
 }

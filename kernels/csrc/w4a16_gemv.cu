@@ -103,9 +103,6 @@
 #ifndef W4_KS
 #define W4_KS 1
 #endif
-#ifndef W4_TILED
-#define W4_TILED 0
-#endif
 
 namespace {
 
@@ -118,11 +115,6 @@ constexpr int WROWS = 16 * RT;     // output rows per warp
 // its rows at a time instead of SB x 64 -- the DRAM locality that took the 2:4 W8A16 GEMV from 2.15 to 2.7 TB/s
 // (kernels/csrc/sp24_w16_gemv.cu). The KS warps' sums meet in shared memory, in warp order, before the epilogue.
 constexpr int KS = W4_KS;
-// Session 27 (experiment): W4_TILED = 1 reads the weights in the row-tiled order of compress/packing/int4_tiled.py,
-// [N / 16][kblocks][16 rows][64 bytes], where a 16-row tile's 128-k block is 1 KB of contiguous memory, so a warp's
-// slot of SB blocks is SB KB in one run (the plain layout gives 16 runs of SB x 64 bytes, one per row). Only the
-// copy source changes: the ring, the math and the sum order are those of the plain build (the same bytes out).
-constexpr bool TILED = W4_TILED != 0;
 constexpr int TILES = WARPS / KS;    // row tiles per CTA
 constexpr int ROWS = TILES * WROWS;  // output rows per CTA
 constexpr int SB = W4_SB;         // 128-k blocks per ring slot
@@ -347,8 +339,7 @@ __global__ void __launch_bounds__(THREADS, min_ctas(MT)) w4a16_gemv_kernel(const
     const int r = c / (4 * SB), u = (c / 4) % SB, piece = c % 4;
     const int row = n_base + wt * WROWS + r;
     const int rr = row < a.N ? row : 0;
-    src[i] = TILED ? a.q + ((size_t)(rr >> 4) * a.kblocks + blk0 + u) * 64 + (rr & 15) * 4 + piece
-                   : a.q + (size_t)rr * (a.KW / 4) + (size_t)(blk0 + u) * 4 + piece;
+    src[i] = a.q + (size_t)rr * (a.KW / 4) + (size_t)(blk0 + u) * 4 + piece;
     const int rowb = row + ROWS;
     if (BAL) srcb[i] = (rowb < a.N ? rowb : 0) * (a.KW / 4) + u * 4 + piece;
     const int pu = SB > 1 ? (u ^ (r & 1)) : u;
@@ -363,8 +354,7 @@ __global__ void __launch_bounds__(THREADS, min_ctas(MT)) w4a16_gemv_kernel(const
 #pragma unroll
     for (int i = 0; i < CPL; ++i) {
       const int lbk = cst * SB + cblk[i];
-      const uint4* from = !BAL || lbk < la ? src[i] + cst * SB * (TILED ? 64 : 4)
-                                           : a.q + (srcb[i] + (long long)(cst * SB - la) * 4);
+      const uint4* from = !BAL || lbk < la ? src[i] + cst * SB * 4 : a.q + (srcb[i] + (long long)(cst * SB - la) * 4);
       if (lbk < nb) cp_async16(base + dst[i], from, pol);
     }
   };
@@ -1050,12 +1040,10 @@ int ctas_per_sm(int per, int M, int group, int asym) {
 
 extern "C" {
 
-// The build's variant: tiled layout * 1000000 + warps sharing a row tile * 100000 + row tiles per warp * 10000 +
-// warps * 100 + blocks per ring slot * 10 + ring slots (layout, tile sharing and row tiles counted only when not the
-// default, so the session-6 builds answer as before).
+// The build's variant: warps sharing a row tile * 100000 + row tiles per warp * 10000 + warps * 100 + blocks per ring
+// slot * 10 + ring slots (tile sharing and row tiles counted only when > 1, so the session-6 builds answer as before).
 int w4a16_gemv_variant() {
-  return (W4_TILED ? 1000000 : 0) + (W4_KS > 1 ? W4_KS * 100000 : 0) + (W4_RT > 1 ? W4_RT * 10000 : 0) +
-         W4_WARPS * 100 + W4_SB * 10 + W4_STAGES;
+  return (W4_KS > 1 ? W4_KS * 100000 : 0) + (W4_RT > 1 ? W4_RT * 10000 : 0) + W4_WARPS * 100 + W4_SB * 10 + W4_STAGES;
 }
 
 // The largest M this build takes.
@@ -1075,11 +1063,9 @@ int w4a16_gemv_ctas_per_sm(int per, int M, int group, int asym, int bf16, int ba
 }
 
 // Returns 0, a cudaError_t, or -1 (M outside 1..64), -2 (group not 64/128), -3 (bad split: S * per must
-// cover the K blocks, S > 1 needs ws and counters; the balanced schedule with M > 16, shared tiles or the tiled
-// layout), -4 (shared memory over the device's per-block limit), -5 (see w4a16_gemv_x), -6 (an input transform with
-// M > 16), -7 (a W4_TILED build with N not a multiple of 16).
-// x (M, K) row stride ldx; q (N, Kp/8) int32 (W4_TILED: in compress/packing/int4_tiled.py's order); s (G, N);
-// z (G, N) uint8 or null; out (M, N) contiguous;
+// cover the K blocks, S > 1 needs ws and counters; the balanced schedule with M > 16), -4 (shared memory over the
+// device's per-block limit), -5 (see w4a16_gemv_x), -6 (an input transform with M > 16).
+// x (M, K) row stride ldx; q (N, Kp/8) int32; s (G, N); z (G, N) uint8 or null; out (M, N) contiguous;
 // ws >= S * M * N floats and counters >= ceil(N / rows_per_cta) zero ints when S > 1.
 // flags: bit 0 = programmatic dependent launch; bit 1 (with bit 0) = read the weights and scales before waiting
 // for the previous kernel (see the header for what that asks of the caller); bit 2 = split-K reduction inside
@@ -1095,9 +1081,7 @@ int w4a16_gemv_x(const void* x, int x_is_bf16, const void* q, const void* s, con
                  int xform, const void* y, const void* nw, void* s_out, float eps) {
   if (M < 1 || M > MAX_M) return -1;
   if (xform != 0 && M > XFORM_MAX_M) return -6;
-  // The balanced schedule: up to 16 tokens, one warp a tile, the plain layout.
-  if ((flags & 8) && (M > 16 || KS > 1 || TILED)) return -3;
-  if (TILED && (N & 15)) return -7;  // the tiled layout holds whole 16-row tiles
+  if ((flags & 8) && (M > 16 || KS > 1)) return -3;  // the balanced schedule: up to 16 tokens, one warp a tile
 #ifndef W4_XFORM
   if (xform != 0) return -5;  // this library was built without the fused inputs
 #endif

@@ -7,7 +7,8 @@ waves 0.5 / 1 / 2 (and the cluster reduction on and off above 8 tokens). The fas
 are timed a second time. Writes OUT_JSON (every arm) and prints one line per shape and the medians over the kernel
 table's 8 Llama-3 shapes of fp16 / ours for the served config, the best plain and the best tiled arm.
 
-Usage (repository root, GPU machine): python3 bench/results/h200/kernels_s27/tiled_ab.py OUT_JSON [M ...]
+Usage (repository root, GPU machine, at f89e048: the tiled builds were taken out after this A/B):
+    python3 bench/results/h200/kernels_s27/tiled_ab.py OUT_JSON [M ...]
 Environment: AB_SHAPES ("N,K;N,K": only those shapes).
 """
 
