@@ -123,6 +123,31 @@ TUNED = {
     (24576, 4096): {8: ("w4b4s3", 0.5, False), 16: ("w16b2s2", 0.5, False)},  # Qwen3-8B fused gate_up
     (4096, 12288): {8: ("w8b2s3", 1.0, False), 16: ("w16b2s2", 2.0, False)},  # Qwen3-8B down
 }
+# Measured winners on GPUs other than the H100 TUNED was measured on, ahead of TUNED and BALANCED on a GPU whose name
+# (torch.cuda.get_device_name) holds the key; the form of a picks file: (N, K) -> {M bucket: (variant, waves, cluster
+# reduction, balanced schedule)}.
+# H200 (session 27, bench/results/h200/kernels_s27/README.md): the same SMs as the H100 and ~1.4x its copy bandwidth.
+# Call 1 ran kernels_s25/sweep.py over every build (waves 0.5 / 1 / 2; the cluster reduction on and off at 16 tokens)
+# at 1 and 16 tokens, rotate timing, one process; an entry is its fastest arm where that beat TUNED's config by more
+# than 2% at both of its timings (us, TUNED's -> this). In call 4 (another machine, the plain arms of tiled_ab.py)
+# every entry was again faster than TUNED's config and within 1.5% of that run's fastest arm. Qwen3 down at 16 tokens comes from call 4 alone (call 1's
+# sweep stopped before it). At one token TUNED's configs held on the other 8 shapes (within 2%), and in the 8B
+# decode step the balanced schedule lost on every layer (call 3: 1.916 -> 2.07-2.43 ms).
+TUNED_BY_GPU: dict[str, dict[tuple[int, int], dict[int, tuple[str, float, bool, bool]]]] = {
+    "H200": {
+        (14336, 4096): {8: ("w16b2s2", 1.0, False, False)},  # 8B gate / up: 8 12.06 -> 11.42
+        (8192, 8192): {16: ("w8b2s2r2", 1.0, False, False)},  # 70B q / o: 16 22.48 -> 18.99
+        (1024, 4096): {16: ("w8b2s4", 0.5, True, False)},  # 8B k / v: 16 5.96 -> 5.07
+        # 70B gate / up: 8 37.54 -> 36.78; 16 66.76 -> 60.76
+        (28672, 8192): {8: ("w16b2s2", 1.0, False, False), 16: ("w8b2s2r2", 0.5, False, False)},
+        (8192, 28672): {8: ("w8b2s2r2", 1.0, False, False)},  # 70B down: 8 37.84 -> 36.20
+        (6144, 4096): {16: ("w8b2s2r2", 2.0, True, False)},  # 8B fused qkv: 16 10.98 -> 10.59
+        (28672, 4096): {16: ("w8b2s2r2", 2.0, False, False)},  # 8B fused gate_up: 16 39.89 (balanced) -> 35.09
+        # Qwen3-8B fused gate_up: 8 17.76 -> 17.11; 16 31.96 -> 27.55
+        (24576, 4096): {8: ("w4b2s4", 1.0, False, False), 16: ("w8b2s2r2", 0.5, False, False)},
+        (4096, 12288): {16: ("w8b2s2r2", 1.0, False, False)},  # Qwen3-8B down: 16 20.02 -> 17.66 (call 4)
+    },
+}
 # Split-K plan (see `plan`): no K chunk shorter than MIN_BLOCKS blocks of 128; staged activations at most
 # STAGED_BYTES per CTA; a CTA's shared memory at most SMEM_BYTES (the H100 allows 227 KB).
 MIN_BLOCKS = 2
@@ -218,16 +243,41 @@ def picks_file() -> dict:
     return _picks_cache[path]
 
 
-def default_config(m: int, n: int | None = None, k: int | None = None) -> tuple[str, float, bool, bool]:
-    """(variant, waves, cluster reduction, balanced schedule) for M tokens of an (N, K) layer: the picks file's entry
-    (COMPRESS_W4A16_PICKS), else BALANCED's entry for the shape, else TUNED's measured winner, else DEFAULTS;
-    COMPRESS_W4A16_BALANCE=1 keeps the variant and waves of TUNED / DEFAULTS and balances them; COMPRESS_W4A16_VARIANT overrides the variant for every M and shape."""
+_gpu_names: dict[int, str] = {}
+
+
+def gpu_name(device: torch.device | None) -> str | None:
+    """The name of the GPU of `device` (cached per device), None off CUDA."""
+    if device is None or device.type != "cuda" or not torch.cuda.is_available():
+        return None
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _gpu_names:
+        _gpu_names[index] = torch.cuda.get_device_name(index)
+    return _gpu_names[index]
+
+
+def gpu_table(gpu: str | None) -> dict[tuple[int, int], dict[int, tuple[str, float, bool, bool]]]:
+    """TUNED_BY_GPU's table for a GPU name (the first key the name holds), else {}."""
+    return next((table for key, table in TUNED_BY_GPU.items() if gpu and key in gpu), {})
+
+
+def default_config(m: int, n: int | None = None, k: int | None = None,
+                   gpu: str | None = None) -> tuple[str, float, bool, bool]:
+    """(variant, waves, cluster reduction, balanced schedule) for M tokens of an (N, K) layer on the GPU named `gpu`
+    (`gpu_name`): the picks file's entry (COMPRESS_W4A16_PICKS), else that GPU's TUNED_BY_GPU entry, else BALANCED's
+    entry for the shape, else TUNED's measured winner, else DEFAULTS. COMPRESS_W4A16_BALANCE=1 / 0 turns the balanced
+    schedule on / off for every shape with the variant and waves of the tables (BALANCED's entries go when 0);
+    COMPRESS_W4A16_VARIANT overrides the variant for every M and shape."""
     bucket = next((b for b in sorted(DEFAULTS) if m <= b), max(DEFAULTS))
     bal_env = balance_mode()
     got = BALANCED.get((n, k), {}).get(bucket)
     picked = picks_file().get((n, k), {}).get(bucket)
+    on_gpu = gpu_table(gpu).get((n, k), {}).get(bucket)
     if picked is not None:
         name, waves, cluster, balanced = picked
+    elif on_gpu is not None:
+        name, waves, cluster, balanced = on_gpu
+        balanced = balanced if bal_env is None else bal_env
     elif got is not None and bal_env is not False:
         name, waves, cluster, balanced = *got, False, True
     else:
@@ -364,7 +414,7 @@ def supports(x2: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zero
         return False
     try:
         _check(x2, qweight, scales, zeros, group_size)
-        build(x2.device, default_config(m, qweight.shape[0], x2.shape[-1])[0])
+        build(x2.device, default_config(m, qweight.shape[0], x2.shape[-1], gpu_name(x2.device))[0])
     except CompressError as e:
         if "nvcc" in str(e) and not _warned:  # no compiler or a failed build: the Triton kernels serve, say why once
             warnings.warn(str(e), stacklevel=2)
@@ -459,7 +509,7 @@ def _launch(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros:
     out = torch.empty(m, n, device=x.device, dtype=x.dtype)
     if m == 0:
         return out.reshape(*lead, n)
-    dname, dwaves, dcluster, dbal = default_config(m, n, k)
+    dname, dwaves, dcluster, dbal = default_config(m, n, k, gpu_name(x.device))
     if xform is not None and name is None and (dname in ROW_TILES or dname in SHARED_TILE):
         # The fused transforms were measured and GPU-tested on session 7's builds (one row tile a warp): keep them there.
         dname, dwaves = DEFAULTS[next(b for b in sorted(DEFAULTS) if m <= b)]
@@ -557,9 +607,9 @@ def add_rms_norm_ref(x: torch.Tensor, y: torch.Tensor | None, w: torch.Tensor, e
 
 def planned(n: int, k: int, m: int, name: str | None = None, group_size: int = 128, asym: bool = False) -> str:
     """The default plan as text, for benchmark tables: variant, K chunk and split (on GPU 0)."""
-    dname, waves, cluster, balanced = default_config(m, n, k)
-    name = name or dname
     dev = torch.device("cuda", 0)
+    dname, waves, cluster, balanced = default_config(m, n, k, gpu_name(dev))
+    name = name or dname
     per, split, bal = plan_for(dev, build(dev, name), name, n, k, m, group_size, asym, False, waves, None, cluster,
                                balanced)
     if bal:

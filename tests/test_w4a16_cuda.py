@@ -297,6 +297,35 @@ def test_default_config_by_m_and_shape(monkeypatch):
     assert w4a16_cuda.default_config(1)[0] == "w16b2s2"
 
 
+def test_gpu_tables_come_before_the_h100_tables(monkeypatch, tmp_path):
+    """On a GPU whose name holds a TUNED_BY_GPU key its entries serve, ahead of TUNED and BALANCED; other GPUs (and no
+    GPU) get TUNED; a picks file still comes first; every entry names a build and an M bucket."""
+    for var in ("COMPRESS_W4A16_VARIANT", "COMPRESS_W4A16_BALANCE", "COMPRESS_W4A16_PICKS"):
+        monkeypatch.delenv(var, raising=False)
+    h200, h100 = "NVIDIA H200", "NVIDIA H100 80GB HBM3"
+    assert w4a16_cuda.gpu_table(h200) is w4a16_cuda.TUNED_BY_GPU["H200"]
+    assert w4a16_cuda.gpu_table(h100) == {} and w4a16_cuda.gpu_table(None) == {}
+    assert w4a16_cuda.gpu_name(torch.device("cpu")) is None
+    for table in w4a16_cuda.TUNED_BY_GPU.values():
+        for (n, k), by_bucket in table.items():
+            for bucket, (name, waves, cluster, bal) in by_bucket.items():
+                assert bucket in w4a16_cuda.DEFAULTS and name in w4a16_cuda.VARIANTS and waves > 0
+                assert w4a16_cuda.default_config(bucket, n, k, h200) == (name, waves, cluster, bal)
+    # 8B gate / up at one token: the H200's own winner; the H100's (TUNED) elsewhere.
+    assert w4a16_cuda.default_config(1, 14336, 4096, h200) == ("w16b2s2", 1.0, False, False)
+    assert w4a16_cuda.default_config(1, 14336, 4096, h100) == (*w4a16_cuda.TUNED[(14336, 4096)][8], False)
+    assert w4a16_cuda.default_config(1, 14336, 4096) == w4a16_cuda.default_config(1, 14336, 4096, h100)
+    # The 8B fused gate_up at 16 tokens: BALANCED's schedule on the H100, the H200 entry (not balanced) there.
+    assert w4a16_cuda.default_config(16, 28672, 4096, h100)[3] is True
+    assert w4a16_cuda.default_config(16, 28672, 4096, h200) == ("w8b2s2r2", 2.0, False, False)
+    # A shape the H200 table leaves out at this bucket falls through to TUNED.
+    assert w4a16_cuda.default_config(1, 4096, 4096, h200) == w4a16_cuda.default_config(1, 4096, 4096, h100)
+    picks = tmp_path / "picks.json"
+    picks.write_text('{"14336,4096": {"8": ["w8b2s3", 2.0, false, false]}}')
+    monkeypatch.setenv("COMPRESS_W4A16_PICKS", str(picks))
+    assert w4a16_cuda.default_config(1, 14336, 4096, h200) == ("w8b2s3", 2.0, False, False)
+
+
 def test_balance_switch(monkeypatch):
     """COMPRESS_W4A16_BALANCE=1 balances the TUNED / default config of every shape; =0 turns BALANCED off."""
     monkeypatch.delenv("COMPRESS_W4A16_VARIANT", raising=False)

@@ -273,8 +273,9 @@ def w4a16_table_builds(ms: list[int]) -> list[str]:
     serves (the library a call builds on first use), plus DEFAULT_VARIANT (what `supports` builds)."""
     from kernels import w4a16_cuda
 
+    gpu = w4a16_cuda.gpu_name(torch.device("cuda"))
     names = {w4a16_cuda.DEFAULT_VARIANT}
-    names |= {w4a16_cuda.default_config(m, n, k)[0] for _, n, k in LLAMA_SHAPES for m in ms if m <= w4a16_cuda.MAX_M}
+    names |= {w4a16_cuda.default_config(m, n, k, gpu)[0] for _, n, k in LLAMA_SHAPES for m in ms if m <= w4a16_cuda.MAX_M}
     return sorted(names)
 
 
