@@ -130,9 +130,10 @@ TUNED = {
 # Call 1 ran kernels_s25/sweep.py over every build (waves 0.5 / 1 / 2; the cluster reduction on and off at 16 tokens)
 # at 1 and 16 tokens, rotate timing, one process; an entry is its fastest arm where that beat TUNED's config by more
 # than 2% at both of its timings (us, TUNED's -> this). In call 4 (another machine, the plain arms of tiled_ab.py)
-# every entry was again faster than TUNED's config and within 1.5% of that run's fastest arm. Qwen3 down at 16 tokens comes from call 4 alone (call 1's
-# sweep stopped before it). At one token TUNED's configs held on the other 8 shapes (within 2%), and in the 8B
-# decode step the balanced schedule lost on every layer (call 3: 1.916 -> 2.07-2.43 ms).
+# every entry was again faster than TUNED's config and within 1.5% of that run's fastest arm. Qwen3 down at 16 tokens
+# comes from call 4 alone (call 1's sweep stopped before it). At one token TUNED's configs held on the other 8 shapes
+# (within 2%), and in the 8B decode step the balanced schedule lost on every layer (call 3: 1.916 -> 2.07-2.43 ms).
+# M = 2..8 and 9..15 take these entries unmeasured, as they take TUNED's.
 TUNED_BY_GPU: dict[str, dict[tuple[int, int], dict[int, tuple[str, float, bool, bool]]]] = {
     "H200": {
         (14336, 4096): {8: ("w16b2s2", 1.0, False, False)},  # 8B gate / up: 8 12.06 -> 11.42
@@ -247,13 +248,18 @@ _gpu_names: dict[int, str] = {}
 
 
 def gpu_name(device: torch.device | None) -> str | None:
-    """The name of the GPU of `device` (cached per device), None off CUDA."""
-    if device is None or device.type != "cuda" or not torch.cuda.is_available():
+    """The name of the GPU of `device` (cached per device index: the launcher asks on every call), None off CUDA."""
+    if device is None or device.type != "cuda":
         return None
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    if index not in _gpu_names:
-        _gpu_names[index] = torch.cuda.get_device_name(index)
-    return _gpu_names[index]
+    index = device.index
+    if index is None:  # "cuda" without an index: the current device, where there is one
+        if not torch.cuda.is_available():
+            return None
+        index = torch.cuda.current_device()
+    name = _gpu_names.get(index)
+    if name is None:
+        name = _gpu_names[index] = torch.cuda.get_device_name(index)
+    return name
 
 
 def gpu_table(gpu: str | None) -> dict[tuple[int, int], dict[int, tuple[str, float, bool, bool]]]:
