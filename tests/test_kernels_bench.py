@@ -1,5 +1,6 @@
 """`compress bench kernels` report: the seed-000 table format, target lines, and the no-GPU error."""
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -81,6 +82,35 @@ def test_default_results_folder_is_named_after_the_gpu(name, folder):
     """`compress bench kernels` without --output writes to bench/results/<folder>/kernels: an H200 run no longer lands
     in the H100's folder."""
     assert gpu_folder_name(name) == folder
+
+
+def test_sparse24_table_prebuilds_the_runtime_builds(monkeypatch):
+    """The 2:4 table compiles up front the int8 GEMV's build and every W8A16 GEMV build the runtime offers, and none of
+    a kernel turned off."""
+    from compress.bench.kernel_suites import sparse24_table_builds
+    from kernels import i8_gemv, sp24_w16_gemv
+
+    monkeypatch.delenv("COMPRESS_SP24_W16_VARIANTS", raising=False)
+    builds = sparse24_table_builds()
+    assert ("i8_gemv", i8_gemv.DEFAULT_VARIANT) in builds
+    assert {v for mod, v in builds if mod == "sp24_w16_gemv"} == set(sp24_w16_gemv.RUNTIME_VARIANTS)
+    monkeypatch.setenv("COMPRESS_SP24_W16_VARIANTS", "w8d3")
+    assert [v for mod, v in sparse24_table_builds() if mod == "sp24_w16_gemv"] == ["w8d3"]
+    monkeypatch.setenv("COMPRESS_SP24_W16", "0")
+    monkeypatch.setenv("COMPRESS_I8_GEMV", "0")
+    assert sparse24_table_builds() == []
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_prebuild_compiles_in_parallel_and_names_what_failed(tmp_path, monkeypatch, capsys):
+    """`prebuild` compiles each (kernel module, variant) with nvcc and returns (and prints) the ones that failed, by
+    name, instead of raising: here an architecture nvcc does not know."""
+    from compress.bench.kernel_suites import prebuild
+
+    monkeypatch.setenv("COMPRESS_KERNEL_CACHE", str(tmp_path))
+    failed = prebuild("sparse24", [("sp24_w16_gemv", "w8d2"), ("i8_gemv", "w8b2s4")], "1a")
+    assert [f.split(" (")[0] for f in failed] == ["sp24_w16_gemv w8d2", "i8_gemv w8b2s4"]
+    assert "0 CUDA builds ready" in capsys.readouterr().out and not list(tmp_path.glob("*.so"))
 
 
 def test_w4a16_table_prebuilds_every_build_its_rows_run():

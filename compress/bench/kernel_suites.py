@@ -279,30 +279,57 @@ def w4a16_table_builds(ms: list[int]) -> list[str]:
     return sorted(names)
 
 
-def _prebuild_w4a16(ms: list[int]) -> None:
-    """Compile the table's CUDA builds at once, in parallel nvcc processes. Built one at a time on first use, they took
-    most of session 26's W4A16 quick table on a fresh H200 (17 of 32 rows in 310 s; 65 s for all rows on session 25's
-    H100, whose builds were cached). A build that fails is left to the row that needs it, which then reports it."""
-    from compress.errors import CompressError
-    from kernels import w4a16_cuda
+def sparse24_table_builds() -> list[tuple[str, str]]:
+    """The 2:4 table's CUDA builds, (kernel module, variant): the int8 GEMV's one build (kernels/i8_gemv.py, the W8A8
+    values at a few tokens) and every build the W8A16 GEMV offers the runtime (kernels/sp24_w16_gemv.py); none of a
+    kernel turned off (COMPRESS_I8_GEMV=0, COMPRESS_SP24_W16=0)."""
+    from kernels import i8_gemv, sp24_w16_gemv
 
-    if not w4a16_cuda.enabled() or w4a16_cuda.cuda_build.nvcc() is None:
-        return
+    return ([("i8_gemv", i8_gemv.DEFAULT_VARIANT)] if i8_gemv.enabled() else []) + \
+        ([("sp24_w16_gemv", v) for v in sp24_w16_gemv.runtime_variants()] if sp24_w16_gemv.enabled() else [])
+
+
+def prebuild(suite: str, builds: list[tuple[str, str]], arch_code: str) -> list[str]:
+    """Compile a suite's CUDA builds, (kernel module, variant), at once in parallel nvcc processes, and return the
+    ones that failed. Built one at a time on first use, they took most of a table's time on a fresh machine (session
+    26's W4A16 quick table: 17 of 32 rows in 310 s; session 27, prebuilt: 8 builds in 42 s, all 68 rows in 104 s). A
+    build that fails is left to the row that needs it, which then reports it."""
+    import importlib
+    from concurrent.futures import ThreadPoolExecutor
+
+    from compress.errors import CompressError
+
+    def one(build: tuple[str, str]) -> str | None:
+        try:
+            importlib.import_module(f"kernels.{build[0]}").compile_variant(arch_code, build[1])
+        except CompressError as e:
+            return f"{build[0]} {build[1]} ({str(e)[:120]})"
+        return None
+
     t0 = time.time()
-    names = w4a16_table_builds(ms)
-    try:
-        w4a16_cuda.prebuild(torch.device("cuda"), names)
-    except CompressError as e:
-        print(f"[bench] w4a16: a CUDA GEMV build failed ({str(e)[:120]}); the rows that need it say so", flush=True)
-        return
-    print(f"[bench] w4a16: {len(names)} CUDA GEMV builds ready in {time.time() - t0:.0f} s", flush=True)
+    with ThreadPoolExecutor(max(1, len(builds))) as pool:
+        failed = [f for f in pool.map(one, builds) if f is not None]
+    print(f"[bench] {suite}: {len(builds) - len(failed)} CUDA builds ready in {time.time() - t0:.0f} s"
+          + (f"; failed, the rows that need them say so: {failed}" if failed else ""), flush=True)
+    return failed
+
+
+def _prebuild_suite(suite: str, builds: list[tuple[str, str]]) -> None:
+    """`prebuild` on this machine's GPU, where there is an nvcc (without one the rows report the missing compiler)."""
+    from kernels import cuda_build
+
+    if builds and cuda_build.nvcc() is not None:
+        prebuild(suite, builds, cuda_build.arch(torch.device("cuda")))
 
 
 def run_w4a16(copy_gbs: float, quick: bool, method: str = DEFAULT_METHOD) -> list[dict]:
     from compress.packing.int4 import unpack_int4
     from kernels.w4a16 import w4a16_linear_ref
 
-    _prebuild_w4a16(QUICK_M if quick else BENCH_M)
+    from kernels import w4a16_cuda
+
+    if w4a16_cuda.enabled():
+        _prebuild_suite("w4a16", [("w4a16_cuda", v) for v in w4a16_table_builds(QUICK_M if quick else BENCH_M)])
     rows = []
     gl = _Gemlite(method)
     for name, n, k in LLAMA_SHAPES:
@@ -384,6 +411,7 @@ def run_sparse24(copy_gbs: float, quick: bool, method: str = DEFAULT_METHOD) -> 
     from kernels.cases import prune_24
     from kernels.sparse24 import _config, _config_w8a16, sparse24_linear_ref, sparse24_w8a8_linear_ref, sparse24_w8a16_linear_ref
 
+    _prebuild_suite("sparse24", sparse24_table_builds())
     rows = []
     ms = [1, 16, 256] if quick else BENCH_M
     for name, n, k in LLAMA_SHAPES:
