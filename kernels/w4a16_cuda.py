@@ -267,6 +267,18 @@ def gpu_table(gpu: str | None) -> dict[tuple[int, int], dict[int, tuple[str, flo
     return next((table for key, table in TUNED_BY_GPU.items() if gpu and key in gpu), {})
 
 
+def config_source(gpu: str | None) -> str:
+    """Where the launch configs served on the GPU named `gpu` were measured, in words (for benchmark reports)."""
+    key = next((key for key in TUNED_BY_GPU if gpu and key in gpu), None)
+    if key is not None:
+        text = (f"measured on the {key} (kernels/w4a16_cuda.py TUNED_BY_GPU[{key!r}]) where it lists the shape and M, "
+                "else on the H100 (TUNED)")
+    else:
+        text = "measured on the H100 (kernels/w4a16_cuda.py TUNED), not on this GPU"
+    picks = os.environ.get("COMPRESS_W4A16_PICKS")
+    return f"the picks file {picks} (COMPRESS_W4A16_PICKS) where it lists the shape and M, else {text}" if picks else text
+
+
 def default_config(m: int, n: int | None = None, k: int | None = None,
                    gpu: str | None = None) -> tuple[str, float, bool, bool]:
     """(variant, waves, cluster reduction, balanced schedule) for M tokens of an (N, K) layer on the GPU named `gpu`

@@ -71,6 +71,21 @@ def test_report_header_names_the_timing_method():
     assert "Timing (`--timing rotate`): decode-shaped" in md and ">= 120 times back to back" in md
 
 
+def test_w4a16_section_says_where_its_launch_configs_were_measured(monkeypatch):
+    from compress.bench.kernels import render_markdown
+    from kernels import w4a16_cuda
+
+    monkeypatch.delenv("COMPRESS_W4A16_PICKS", raising=False)
+
+    row = {"layer": "8B q/o_proj", "N": 4096, "K": 4096, "M": 1, "kernel_ms": 0.01, "torch_ms": 0.03, "ratio": 1 / 3,
+           "speedup": 3.0, "gbs": 900.0, "pct_copy_bw": 30.0, "tinygemm_ms": 0.02}
+    env = {"device": "NVIDIA H200", "command": "compress bench kernels --suite w4a16", "date": "today", "torch": "2",
+           "triton": "3", "cuda": "13", "sms": 132, "copy_gbs": 4200.0,
+           "w4a16_configs": w4a16_cuda.config_source("NVIDIA H200")}
+    md = render_markdown({"env": env, "results": {"w4a16": [row]}, "targets": []})
+    assert "The CUDA GEMV's launch configs: measured on the H200 (kernels/w4a16_cuda.py TUNED_BY_GPU['H200'])" in md
+
+
 def test_bench_rejects_an_unknown_timing_method(tmp_path):
     with pytest.raises(CompressError, match="timing method"):
         run_kernel_bench(["w8a8"], tmp_path, timing="cold")

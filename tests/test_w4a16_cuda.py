@@ -326,6 +326,15 @@ def test_gpu_tables_come_before_the_h100_tables(monkeypatch, tmp_path):
     assert w4a16_cuda.default_config(1, 14336, 4096, h200) == ("w8b2s3", 2.0, False, False)
 
 
+def test_config_source_names_the_table_that_serves(monkeypatch):
+    monkeypatch.delenv("COMPRESS_W4A16_PICKS", raising=False)
+    assert "TUNED_BY_GPU['H200']" in w4a16_cuda.config_source("NVIDIA H200")
+    assert "not on this GPU" in w4a16_cuda.config_source("NVIDIA A100-SXM4-80GB")
+    assert "not on this GPU" in w4a16_cuda.config_source(None)
+    monkeypatch.setenv("COMPRESS_W4A16_PICKS", "/tmp/my_picks.json")
+    assert w4a16_cuda.config_source("NVIDIA H200").startswith("the picks file /tmp/my_picks.json")
+
+
 def test_balance_switch(monkeypatch):
     """COMPRESS_W4A16_BALANCE=1 balances the TUNED / default config of every shape; =0 turns BALANCED off."""
     monkeypatch.delenv("COMPRESS_W4A16_VARIANT", raising=False)

@@ -195,6 +195,10 @@ def run_kernel_bench(suites: list[str], out_dir: Path, quick: bool = False, comm
     env["timing"] = timing
     env["timing_text"] = method_description(timing)
     env["copy_gbs"] = copy_bandwidth_gbs()
+    if "w4a16" in suites:
+        from kernels import w4a16_cuda
+
+        env["w4a16_configs"] = w4a16_cuda.config_source(w4a16_cuda.gpu_name(torch.device("cuda")))
     if command is None:  # how this process was started: the CLI, or `python -m compress.bench.kernels`
         prog = "python -m compress.bench.kernels" if sys.argv and sys.argv[0].endswith("kernels.py") else "compress bench kernels"
         command = prog + " " + " ".join(shlex.quote(a) for a in sys.argv[1:])
@@ -256,7 +260,8 @@ def render_markdown(report: dict) -> str:
     if "w4a16" in results:
         parts += ["", "## W4A16 (int4 g128 symmetric unless marked)", "",
                   "kernel (ms) is the faster of our two paths, both also shown: the Triton launcher (kernels/w4a16.py) and "
-                  "the CUDA C++ GEMV (kernels/w4a16_cuda.py, M <= 8); `path` names the one that won. "
+                  "the CUDA C++ GEMV (kernels/w4a16_cuda.py, M <= 64); `path` names the one that won. "
+                  + (f"The CUDA GEMV's launch configs: {env['w4a16_configs']}. " if env.get("w4a16_configs") else "") +
                   "Peers: torch's tinygemm `_weight_int4pack_mm` (bf16 activations); gemlite (PyPI, Triton; timed where "
                   "installed, at the M values its autotuning budget allowed).", "",
                   linear_markdown(results["w4a16"], "tinygemm_ms", "tinygemm (ms)",
