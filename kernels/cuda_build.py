@@ -52,11 +52,15 @@ def source_bytes(src: Path) -> bytes:
     return data
 
 
+def cache_dir() -> Path:
+    """The folder of built libraries: $COMPRESS_KERNEL_CACHE, else ~/.cache/compress/kernels."""
+    return Path(os.environ.get("COMPRESS_KERNEL_CACHE", Path.home() / ".cache" / "compress" / "kernels"))
+
+
 def library_path(src: Path, name: str, flags: list[str], arch_code: str) -> Path:
     """Where the library of this source (and the headers it includes), flags and architecture is cached."""
     key = hashlib.sha256(source_bytes(src) + " ".join([arch_code, *flags]).encode()).hexdigest()[:16]
-    cache = Path(os.environ.get("COMPRESS_KERNEL_CACHE", Path.home() / ".cache" / "compress" / "kernels"))
-    return cache / f"{src.stem}_{name}_{key}.so"
+    return cache_dir() / f"{src.stem}_{name}_{key}.so"
 
 
 def compile_library(src: Path, name: str, flags: list[str], arch_code: str, what: str, fallback: str) -> Path:

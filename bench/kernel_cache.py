@@ -1,0 +1,124 @@
+"""Build the CUDA C++ kernel libraries on a machine without a GPU, and carry them to the GPU machine.
+
+Why: each device call here starts on a fresh GPU machine, and a fresh machine compiles every library on first use.
+Session 27 built the W4A16 libraries on the CPU machine instead (the same nvcc 13.0, sm_90a), packed them as one xz
+archive (24-31 libraries in 4-6 MB), carried it with the call, and unpacked it into the kernel cache there: every
+library loaded, and no call spent device time in nvcc (bench/results/h200/kernels_s27/README.md). The libraries are
+keyed by source, flags and architecture (kernels/cuda_build.py), so a stale archive is harmless: the runtime finds no
+library under the current key and builds it.
+
+    python3 bench/kernel_cache.py pack .kcache/kernels.tar.xz [--arch 90a] [--kernels w4a16,i8_gemv,sp24_w16_gemv]
+    python3 bench/kernel_cache.py unpack .kcache/kernels.tar.xz     # on the GPU machine, into $COMPRESS_KERNEL_CACHE
+
+`pack` compiles in parallel nvcc processes (one per core): every W4A16 build (kernels/w4a16_cuda.py VARIANTS), every
+int8 GEMV build and the W8A16 2:4 GEMV's runtime builds. `unpack` loads each library with ctypes and deletes the ones
+that do not load (another system image), which the runtime then builds itself. Name the archive's folder in the device
+call's `carry` and keep it git-ignored (`.git/info/exclude`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import sys
+import tarfile
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable
+
+from compress.errors import CompressError
+
+KERNELS = ("w4a16", "i8_gemv", "sp24_w16_gemv")
+
+
+def builds(kernels: list[str], arch: str) -> dict[str, Callable[[], Path]]:
+    """label -> the call that compiles that library for `arch`."""
+    from kernels import i8_gemv, sp24_w16_gemv, w4a16_cuda
+
+    jobs: dict[str, Callable[[], Path]] = {}
+    if "w4a16" in kernels:
+        jobs |= {f"w4a16 {v}": (lambda v=v: w4a16_cuda.compile_variant(arch, v)) for v in w4a16_cuda.VARIANTS}
+    if "i8_gemv" in kernels:
+        jobs |= {f"i8_gemv {v}": (lambda v=v: i8_gemv.compile_variant(arch, v)) for v in i8_gemv.VARIANTS}
+    if "sp24_w16_gemv" in kernels:
+        jobs |= {f"sp24_w16_gemv {v}": (lambda v=v: sp24_w16_gemv.compile_variant(arch, v))
+                 for v in sp24_w16_gemv.RUNTIME_VARIANTS}
+    return jobs
+
+
+def pack(archive: Path, kernels: list[str], arch: str) -> int:
+    with tempfile.TemporaryDirectory() as cache:
+        os.environ["COMPRESS_KERNEL_CACHE"] = cache  # read by kernels.cuda_build at each build
+        jobs = builds(kernels, arch)
+        t0 = time.time()
+
+        def one(label: str) -> Path | str:
+            try:
+                return jobs[label]()
+            except CompressError as e:
+                return f"{label}: {str(e)[-300:]}"
+
+        with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+            got = list(pool.map(one, jobs))
+        failed = [g for g in got if isinstance(g, str)]
+        if failed:
+            print(f"error: {len(failed)} of {len(jobs)} builds failed, no archive written; first: {failed[0]}",
+                  file=sys.stderr)
+            return 1
+        paths = [g for g in got if isinstance(g, Path)]
+        archive.parent.mkdir(parents=True, exist_ok=True)
+        tmp = archive.with_name(archive.name + ".tmp")
+        with tarfile.open(tmp, "w:xz") as tar:
+            for p in sorted(paths):
+                tar.add(p, arcname=p.name)
+        os.replace(tmp, archive)  # never a half-written archive where a good one is expected
+    print(f"{len(paths)} libraries for sm_{arch} built in {time.time() - t0:.0f} s -> {archive} "
+          f"({archive.stat().st_size / 2**20:.1f} MiB)")
+    return 0
+
+
+def unpack(archive: Path, cache: Path) -> int:
+    cache.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(archive) as tar:
+        names = [m.name for m in tar.getmembers() if m.isfile() and "/" not in m.name and m.name.endswith(".so")]
+        tar.extractall(cache, members=[tar.getmember(n) for n in names], filter="data")
+    dropped = []
+    for name in names:
+        try:
+            ctypes.CDLL(str(cache / name))
+        except OSError as e:
+            dropped.append(f"{name} ({str(e)[:100]})")
+            (cache / name).unlink()
+    print(f"kernel cache {cache}: {len(names) - len(dropped)} carried libraries load"
+          + (f"; dropped (the runtime builds them): {dropped}" if dropped else ""))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="verb", required=True)
+    p = sub.add_parser("pack", help="build the libraries here and write them into one xz archive")
+    p.add_argument("archive", type=Path)
+    p.add_argument("--arch", default="90a", help="CUDA architecture code, as kernels.cuda_build.arch gives it (90a: H100/H200)")
+    p.add_argument("--kernels", default=",".join(KERNELS), help=f"comma list of {', '.join(KERNELS)}")
+    u = sub.add_parser("unpack", help="unpack an archive into the kernel cache and drop what does not load")
+    u.add_argument("archive", type=Path)
+    args = ap.parse_args(argv)
+    if args.verb == "pack":
+        kernels = [k.strip() for k in args.kernels.split(",") if k.strip()]
+        bad = sorted(set(kernels) - set(KERNELS))
+        if bad:
+            ap.error(f"--kernels names {bad}; choose from {', '.join(KERNELS)}")
+        return pack(args.archive, kernels, args.arch)
+    if not args.archive.is_file():
+        ap.error(f"no archive at {args.archive}; pack one first (pack ARCHIVE) and carry its folder")
+    from kernels.cuda_build import cache_dir
+
+    return unpack(args.archive, cache_dir())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
