@@ -25,54 +25,37 @@ import sys
 import tarfile
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable
-
-from compress.errors import CompressError
 
 KERNELS = ("w4a16", "i8_gemv", "sp24_w16_gemv")
 
 
-def builds(kernels: list[str], arch: str) -> dict[str, Callable[[], Path]]:
-    """label -> the call that compiles that library for `arch`."""
+def builds(kernels: list[str]) -> list[tuple[str, str]]:
+    """The libraries to pack, as (kernels module, variant) pairs for compress.bench.kernel_suites.prebuild."""
     from kernels import i8_gemv, sp24_w16_gemv, w4a16_cuda
 
-    jobs: dict[str, Callable[[], Path]] = {}
-    if "w4a16" in kernels:
-        jobs |= {f"w4a16 {v}": (lambda v=v: w4a16_cuda.compile_variant(arch, v)) for v in w4a16_cuda.VARIANTS}
-    if "i8_gemv" in kernels:
-        jobs |= {f"i8_gemv {v}": (lambda v=v: i8_gemv.compile_variant(arch, v)) for v in i8_gemv.VARIANTS}
-    if "sp24_w16_gemv" in kernels:
-        jobs |= {f"sp24_w16_gemv {v}": (lambda v=v: sp24_w16_gemv.compile_variant(arch, v))
-                 for v in sp24_w16_gemv.RUNTIME_VARIANTS}
-    return jobs
+    return ([("w4a16_cuda", v) for v in w4a16_cuda.VARIANTS] if "w4a16" in kernels else []) + \
+        ([("i8_gemv", v) for v in i8_gemv.VARIANTS] if "i8_gemv" in kernels else []) + \
+        ([("sp24_w16_gemv", v) for v in sp24_w16_gemv.RUNTIME_VARIANTS] if "sp24_w16_gemv" in kernels else [])
 
 
 def pack(archive: Path, kernels: list[str], arch: str) -> int:
+    from compress.bench.kernel_suites import prebuild
+
     with tempfile.TemporaryDirectory() as cache:
-        os.environ["COMPRESS_KERNEL_CACHE"] = cache  # read by kernels.cuda_build at each build
-        jobs = builds(kernels, arch)
+        os.environ["COMPRESS_KERNEL_CACHE"] = cache  # read by kernels.cuda_build at each build: only ours land here
+        jobs = builds(kernels)
         t0 = time.time()
-
-        def one(label: str) -> Path | str:
-            try:
-                return jobs[label]()
-            except CompressError as e:
-                return f"{label}: {str(e)[-300:]}"
-
-        with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
-            got = list(pool.map(one, jobs))
-        failed = [g for g in got if isinstance(g, str)]
+        failed = prebuild("kernel_cache", jobs, arch)
         if failed:
-            print(f"error: {len(failed)} of {len(jobs)} builds failed, no archive written; first: {failed[0]}",
-                  file=sys.stderr)
+            print(f"error: {len(failed)} of {len(jobs)} builds failed, no archive written; check --arch {arch} (90a for "
+                  f"the H100 / H200) and the nvcc on PATH; first: {failed[0]}", file=sys.stderr)
             return 1
-        paths = [g for g in got if isinstance(g, Path)]
+        paths = sorted(Path(cache).glob("*.so"))
         archive.parent.mkdir(parents=True, exist_ok=True)
         tmp = archive.with_name(archive.name + ".tmp")
         with tarfile.open(tmp, "w:xz") as tar:
-            for p in sorted(paths):
+            for p in paths:
                 tar.add(p, arcname=p.name)
         os.replace(tmp, archive)  # never a half-written archive where a good one is expected
     print(f"{len(paths)} libraries for sm_{arch} built in {time.time() - t0:.0f} s -> {archive} "
