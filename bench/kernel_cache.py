@@ -95,12 +95,22 @@ def main(argv: list[str] | None = None) -> int:
         bad = sorted(set(kernels) - set(KERNELS))
         if bad:
             ap.error(f"--kernels names {bad}; choose from {', '.join(KERNELS)}")
-        return pack(args.archive, kernels, args.arch)
+        try:
+            return pack(args.archive, kernels, args.arch)
+        except OSError as e:  # the archive's folder not writable, the disk full
+            print(f"error: cannot write {args.archive} ({e}); give a path in a writable folder", file=sys.stderr)
+            return 1
     if not args.archive.is_file():
         ap.error(f"no archive at {args.archive}; pack one first (pack ARCHIVE) and carry its folder")
     from kernels.cuda_build import cache_dir
 
-    return unpack(args.archive, cache_dir())
+    try:
+        return unpack(args.archive, cache_dir())
+    except (tarfile.TarError, EOFError, OSError) as e:  # not an xz tar, cut short in transit, an unwritable cache
+        why = " ".join(str(e).split())  # tarfile's "no format matched" error spans several lines
+        print(f"error: cannot unpack {args.archive} into {cache_dir()} ({why}); pack it again, or set "
+              "COMPRESS_KERNEL_CACHE to a writable folder", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -43,6 +43,14 @@ def test_unpack_keeps_what_loads_and_drops_what_does_not(tmp_path):
     assert "1 carried libraries load" in res.stdout and "bad.so" in res.stdout
 
 
+def test_a_damaged_archive_is_a_one_line_error(tmp_path):
+    archive = tmp_path / "k.tar.xz"
+    archive.write_bytes(b"not an archive")
+    res = run("unpack", str(archive), cache=tmp_path / "cache")
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert res.stderr.count("\n") == 1 and f"cannot unpack {archive}" in res.stderr and "pack it again" in res.stderr
+
+
 @pytest.mark.parametrize("args,message", [(("pack", "x.tar.xz", "--kernels", "w4a16,foo"), "--kernels names ['foo']"),
                                           (("unpack", "no/such.tar.xz"), "no archive at no/such.tar.xz")])
 def test_bad_input_is_a_one_line_error(tmp_path, args, message):
