@@ -13,6 +13,8 @@ Usage (repository root, GPU machine): python3 bench/results/h100/kernels_s25/swe
 Environment: SWEEP_VARIANTS (default every SHARED_TILE build; "all": every build of w4a16_cuda.VARIANTS), SWEEP_WAVES
 (0.5,1,2), SWEEP_CLUSTER (0,1: the cluster reduction off and on), SWEEP_SHAPES ("N,K;N,K").
 Session 27 (H200 re-tune, bench/results/h200/kernels_s27/) added "all", SWEEP_CLUSTER and the two Qwen3-8B MLP shapes.
+Session 28: "cur" is the config served on this GPU (`default_config` with the GPU's name: TUNED_BY_GPU first); before,
+it was TUNED's (the H100's) everywhere.
 """
 
 from __future__ import annotations
@@ -48,7 +50,8 @@ def main() -> None:
     out_json, out_picks = sys.argv[1], sys.argv[2]
     ms = [int(a) for a in sys.argv[3:]] or [1, 16]
     t0 = time.time()
-    cur_names = {w4a16_cuda.default_config(m, n, k)[0] for m in ms for _, n, k in SHAPES}
+    gpu = w4a16_cuda.gpu_name(torch.device("cuda"))
+    cur_names = {w4a16_cuda.default_config(m, n, k, gpu)[0] for m in ms for _, n, k in SHAPES}
     w4a16_cuda.prebuild(torch.device("cuda"), sorted(set(VARIANTS) | cur_names))
     print(f"built {len(set(VARIANTS) | cur_names)} variants in {time.time() - t0:.0f} s", flush=True)
     rows, picks = [], {}
@@ -59,7 +62,7 @@ def main() -> None:
             x = torch.randn(m, k, device="cuda").half()
             want = w4a16_linear_ref(x, p["qweight"], p["scales"], None, 128)
             fp16 = 1000 * kt.call_ms(lambda w_: F.linear(x, w_), torch.randn(n, k, device="cuda").half())
-            name, waves, cluster, bal = w4a16_cuda.default_config(m, n, k)
+            name, waves, cluster, bal = w4a16_cuda.default_config(m, n, k, gpu)
 
             def arm(nm, wv, cl, bl=False):
                 return kt.checked_call_us(lambda q: w4a16_cuda._launch(x, q["qweight"], q["scales"], None, 128, name=nm,

@@ -1,0 +1,39 @@
+#!/bin/bash
+# Session 28 device calls (repository root, kind nvidia-h200; $OUT from the device tool), e.g.
+#   STAGES="kcache probe" bash bench/results/h200/kernels_s28/run.sh
+# Stages:
+# kcache: bench/kernel_cache.py unpack .kcache/kernels.tar.xz (built on the CPU machine; `carry` .kcache), timed;
+# probe: build and run read_probe.cu (how fast a launch reads a weight-sized buffer, by the way it reads; PROBE_SHAPES
+#   picks shapes by index, default all five), to $OUT/probe.log;
+# ncu: Nsight Compute on kernels_s27/ncu_probe.py (NCU_SHAPES) with the warp stall reasons;
+# sweep: bench/results/h100/kernels_s25/sweep.py over SWEEP_VARIANTS at SWEEP_M (SWEEP_WAVES, SWEEP_CLUSTER), to
+#   $OUT/sweep${SWEEP_TAG}.json and picks${SWEEP_TAG}.json;
+# nomath: nomath.py (the served W4A16 GEMV at one token against its build without the main loop's math);
+# table: `compress bench kernels` (TABLE_ARGS); tests: the GPU tests (TESTS, -k TEST_K).
+. "$(dirname "$0")/../../h100/device_env.sh"
+here="$(dirname "$0")"
+for stage in $STAGES; do
+  case $stage in
+    kcache) ( time python3 bench/kernel_cache.py unpack .kcache/kernels.tar.xz ) 2>&1 | tee "$OUT/kcache.log" ;;
+    probe) nvcc -O3 -std=c++17 -arch=sm_90a -o /tmp/read_probe "$here/read_probe.cu" || continue
+           /tmp/read_probe 0 -3 | head -1 | tee "$OUT/probe.log"
+           n=$(/tmp/read_probe 0 -2 | grep arms | cut -d' ' -f1)
+           for sh in ${PROBE_SHAPES:-0 1 2 3 4}; do for a in $(seq 0 $((n - 1))); do  # one process an arm (see the .cu)
+             timeout 30 /tmp/read_probe "$sh" "$a" 2>&1 | tee -a "$OUT/probe.log"; done; done ;;
+    ncu) timeout "${NCU_LIMIT:-150}" ncu --clock-control none -k regex:"w4a16|gemv|gemm" --launch-count "${NCU_COUNT:-14}" \
+           --section SpeedOfLight --section WarpStateStats --section Occupancy \
+           --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\\.ratio \
+           python3 "$here/../kernels_s27/ncu_probe.py" ${NCU_SHAPES} > "$OUT/ncu.txt" 2>&1; echo "ncu rc $?"
+         grep -E "^  [a-z_0-9]+.*\(|Duration|DRAM Throughput|issue_stalled.*[0-9]\.[0-9]*$" "$OUT/ncu.txt" \
+           | awk '$NF+0 > 0.3 || !/issue_stalled/' | head -80 ;;
+    sweep) SWEEP_VARIANTS="${SWEEP_VARIANTS:-all}" timeout "${SWEEP_LIMIT:-300}" python3 bench/results/h100/kernels_s25/sweep.py \
+             "$OUT/sweep${SWEEP_TAG}.json" "$OUT/picks${SWEEP_TAG}.json" ${SWEEP_M:-1} 2>&1 | tee "$OUT/sweep${SWEEP_TAG}.log" \
+             | grep -v "^    NOT" | cut -c1-230 ;;
+    nomath) timeout "${NOMATH_LIMIT:-120}" python3 "$here/nomath.py" 2>&1 | tee "$OUT/nomath.log" ;;
+    tests) timeout "${TEST_LIMIT:-240}" python3 -m pytest -q -p no:cacheprovider ${TESTS} ${TEST_K:+-k "$TEST_K"} 2>&1 \
+             | tail -25 | tee "$OUT/pytest${TEST_TAG}.log" ;;
+    table) timeout "${TABLE_LIMIT:-300}" python3 -m compress.bench.kernels ${TABLE_ARGS:---suite w4a16} --output "$OUT/kernels${TABLE_TAG}" 2>&1 \
+             | tail -40 > "$OUT/table${TABLE_TAG}.log"; tail -14 "$OUT/table${TABLE_TAG}.log" ;;
+  esac
+  echo "stage $stage done at $SECONDS s"
+done
