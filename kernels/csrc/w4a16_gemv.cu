@@ -103,6 +103,9 @@
 #ifndef W4_KS
 #define W4_KS 1
 #endif
+#ifndef W4_ACC
+#define W4_ACC 4
+#endif
 
 namespace {
 
@@ -115,6 +118,14 @@ constexpr int WROWS = 16 * RT;     // output rows per warp
 // its rows at a time instead of SB x 64 -- the DRAM locality that took the 2:4 W8A16 GEMV from 2.15 to 2.7 TB/s
 // (kernels/csrc/sp24_w16_gemv.cu). The KS warps' sums meet in shared memory, in warp order, before the epilogue.
 constexpr int KS = W4_KS;
+// Session 28: up to 8 tokens (one token tile) with one row tile a warp, a block's 8 mmas add into ACC independent
+// accumulator sets (mma i into set i % ACC), summed in set order at the block's end, instead of one chain of 8
+// dependent mmas: the chain was a warp's only mma work at one token (the H200 profile: fixed-latency dependency
+// stalls next to the shared-memory waits, 4 warps per scheduler, no eligible warp in half the cycles). Measured on the
+// H200 (bench/results/h200/kernels_s28/README.md): 1-3% faster on 9 of 12 layer shapes at one token, none slower by
+// more than the noise; two row tiles (RT = 2) and more token tiles already run independent chains.
+constexpr int ACC = (RT == 1 ? W4_ACC : 1);
+static_assert(W4_ACC == 1 || W4_ACC == 2 || W4_ACC == 4 || W4_ACC == 8, "W4_ACC is 1, 2, 4 or 8");
 constexpr int TILES = WARPS / KS;    // row tiles per CTA
 constexpr int ROWS = TILES * WROWS;  // output rows per CTA
 constexpr int SB = W4_SB;         // 128-k blocks per ring slot
@@ -641,12 +652,29 @@ __global__ void __launch_bounds__(THREADS, min_ctas(MT)) w4a16_gemv_kernel(const
 #pragma unroll
             for (int c = 0; c < 4; ++c) bq[mt][c] = xs[(lb * 4 + c) * x_piece[mt] + x_lane[mt]];
           }
-          float blk[RT][MT][4];  // group 128: this block's (one group's) unscaled sums
+          // Group 128: this block's (one group's) unscaled sums, in SETS sets. Group 64 with one set adds into acc
+          // itself (as before session 28); with more, its sets are added to acc at the block's end.
+          constexpr int SETS = MT == 1 ? ACC : 1;
+          constexpr bool DIRECT = G64 && SETS == 1;
+          float blk[RT][MT][SETS][4];
 #pragma unroll
           for (int rt = 0; rt < RT; ++rt) {
 #pragma unroll
-            for (int mt = 0; mt < MT; ++mt) blk[rt][mt][0] = blk[rt][mt][1] = blk[rt][mt][2] = blk[rt][mt][3] = 0.f;
+            for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+              for (int j = 0; j < SETS; ++j) blk[rt][mt][j][0] = blk[rt][mt][j][1] = blk[rt][mt][j][2] = blk[rt][mt][j][3] = 0.f;
+            }
           }
+#ifdef W4_NOMATH
+          // Diagnostic (session 28, not served): the loop's shared-memory reads without the dequantization and mmas.
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+#pragma unroll
+            for (int rt = 0; rt < RT; ++rt)
+              blk[rt][0][0][c] += __uint_as_float((word(wa[rt], c) ^ word(wb[rt], c) ^ bq[0][c].x ^ sa[rt]) & 0x3F7FFFFFu);
+          }
+          if (false)
+#endif
 #pragma unroll
           for (int c = 0; c < 4; ++c) {
 #pragma unroll
@@ -656,9 +684,27 @@ __global__ void __launch_bounds__(THREADS, min_ctas(MT)) w4a16_gemv_kernel(const
               dequant<T, G64>(word(wb[rt], c), sb[rt], zb[rt], ah);
 #pragma unroll
               for (int mt = 0; mt < MT; ++mt) {
-                float(&d)[4] = G64 ? acc[rt][mt] : blk[rt][mt];
-                mma<T>(d, ag[0], ah[0], ag[1], ah[1], bq[mt][c].x, bq[mt][c].y);
-                mma<T>(d, ag[2], ah[2], ag[3], ah[3], bq[mt][c].z, bq[mt][c].w);
+                float(&d0)[4] = DIRECT ? acc[rt][mt] : blk[rt][mt][(2 * c) % SETS];
+                float(&d1)[4] = DIRECT ? acc[rt][mt] : blk[rt][mt][(2 * c + 1) % SETS];
+                mma<T>(d0, ag[0], ah[0], ag[1], ah[1], bq[mt][c].x, bq[mt][c].y);
+                mma<T>(d1, ag[2], ah[2], ag[3], ah[3], bq[mt][c].z, bq[mt][c].w);
+              }
+            }
+          }
+          if constexpr (!DIRECT) {  // the sets' sums into set 0, in set order (group 64: then into acc)
+#pragma unroll
+            for (int rt = 0; rt < RT; ++rt) {
+#pragma unroll
+              for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+                for (int j = 1; j < SETS; ++j) {
+#pragma unroll
+                  for (int e = 0; e < 4; ++e) blk[rt][mt][0][e] += blk[rt][mt][j][e];
+                }
+                if (G64) {
+#pragma unroll
+                  for (int e = 0; e < 4; ++e) acc[rt][mt][e] += blk[rt][mt][0][e];
+                }
               }
             }
           }
@@ -668,10 +714,10 @@ __global__ void __launch_bounds__(THREADS, min_ctas(MT)) w4a16_gemv_kernel(const
               const float fa = low_to_f32<T>(sa[rt]), fb = low_to_f32<T>(sb[rt]);
 #pragma unroll
               for (int mt = 0; mt < MT; ++mt) {
-                acc[rt][mt][0] = fmaf(blk[rt][mt][0], fa, acc[rt][mt][0]);
-                acc[rt][mt][1] = fmaf(blk[rt][mt][1], fa, acc[rt][mt][1]);
-                acc[rt][mt][2] = fmaf(blk[rt][mt][2], fb, acc[rt][mt][2]);
-                acc[rt][mt][3] = fmaf(blk[rt][mt][3], fb, acc[rt][mt][3]);
+                acc[rt][mt][0] = fmaf(blk[rt][mt][0][0], fa, acc[rt][mt][0]);
+                acc[rt][mt][1] = fmaf(blk[rt][mt][0][1], fa, acc[rt][mt][1]);
+                acc[rt][mt][2] = fmaf(blk[rt][mt][0][2], fb, acc[rt][mt][2]);
+                acc[rt][mt][3] = fmaf(blk[rt][mt][0][3], fb, acc[rt][mt][3]);
               }
             }
           }
