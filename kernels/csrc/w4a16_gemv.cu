@@ -122,8 +122,9 @@ constexpr int KS = W4_KS;
 // accumulator sets (mma i into set i % ACC), summed in set order at the block's end, instead of one chain of 8
 // dependent mmas: the chain was a warp's only mma work at one token (the H200 profile: fixed-latency dependency
 // stalls next to the shared-memory waits, 4 warps per scheduler, no eligible warp in half the cycles). Measured on the
-// H200 (bench/results/h200/kernels_s28/README.md): 1-3% faster on 9 of 12 layer shapes at one token, none slower by
-// more than the noise; two row tiles (RT = 2) and more token tiles already run independent chains.
+// H200 (bench/results/h200/kernels_s28/README.md), the served build of each layer shape at one token: 0.4-3.3% faster
+// on 8 of 12 shapes, within 0.5% on the others. Small, because the math is not what limits there: a build without it
+// was only 0.3-1.3 us faster. Two row tiles (RT = 2) and more token tiles already run independent chains.
 constexpr int ACC = (RT == 1 ? W4_ACC : 1);
 static_assert(W4_ACC == 1 || W4_ACC == 2 || W4_ACC == 4 || W4_ACC == 8, "W4_ACC is 1, 2, 4 or 8");
 constexpr int TILES = WARPS / KS;    // row tiles per CTA
@@ -665,16 +666,6 @@ __global__ void __launch_bounds__(THREADS, min_ctas(MT)) w4a16_gemv_kernel(const
               for (int j = 0; j < SETS; ++j) blk[rt][mt][j][0] = blk[rt][mt][j][1] = blk[rt][mt][j][2] = blk[rt][mt][j][3] = 0.f;
             }
           }
-#ifdef W4_NOMATH
-          // Diagnostic (session 28, not served): the loop's shared-memory reads without the dequantization and mmas.
-#pragma unroll
-          for (int c = 0; c < 4; ++c) {
-#pragma unroll
-            for (int rt = 0; rt < RT; ++rt)
-              blk[rt][0][0][c] += __uint_as_float((word(wa[rt], c) ^ word(wb[rt], c) ^ bq[0][c].x ^ sa[rt]) & 0x3F7FFFFFu);
-          }
-          if (false)
-#endif
 #pragma unroll
           for (int c = 0; c < 4; ++c) {
 #pragma unroll

@@ -5,7 +5,8 @@ table's rotate timing (compress.bench.kernel_timing.call_ms), in one process:
           w4a16_cuda.py NOMATH): the ring, the staging, the shared-memory reads and the epilogue remain (its output is
           wrong, so it is timed unchecked)
   read    bench/results/h200/kernels_s28/read_probe.cu's best plain read of the same bytes is in probe.log
-Usage (repository root, GPU machine): python3 bench/results/h200/kernels_s28/nomath.py
+Usage (repository root, GPU machine, at commit d128002, which has the NOMATH builds; later commits took them out):
+  python3 bench/results/h200/kernels_s28/nomath.py
 """
 
 import torch
