@@ -9,7 +9,8 @@
 # sweep: bench/results/h100/kernels_s25/sweep.py over SWEEP_VARIANTS at SWEEP_M (SWEEP_WAVES, SWEEP_CLUSTER), to
 #   $OUT/sweep${SWEEP_TAG}.json and picks${SWEEP_TAG}.json;
 # nomath: nomath.py (the served W4A16 GEMV at one token against its build without the main loop's math);
-# table: `compress bench kernels` (TABLE_ARGS); tests: the GPU tests (TESTS, -k TEST_K).
+# table: `compress bench kernels` (TABLE_ARGS); tests: the GPU tests (TESTS, -k TEST_K); e2e: `compress bench e2e` on
+#   synthetic E2E_ARCH weights (E2E_FORMATS, E2E_WORKLOADS); pack: the result folders as .tgz (few files come back).
 . "$(dirname "$0")/../../h100/device_env.sh"
 here="$(dirname "$0")"
 for stage in $STAGES; do
@@ -34,6 +35,12 @@ for stage in $STAGES; do
              | tail -25 | tee "$OUT/pytest${TEST_TAG}.log" ;;
     table) timeout "${TABLE_LIMIT:-300}" python3 -m compress.bench.kernels ${TABLE_ARGS:---suite w4a16} --output "$OUT/kernels${TABLE_TAG}" 2>&1 \
              | tail -40 > "$OUT/table${TABLE_TAG}.log"; tail -14 "$OUT/table${TABLE_TAG}.log" ;;
+    e2e) timeout "${E2E_LIMIT:-300}" python3 -m compress.bench.e2e --synthetic "${E2E_ARCH:-llama-3-8b}" \
+           --formats "${E2E_FORMATS:-w4a16}" --workloads "${E2E_WORKLOADS:-decode_bound}" --runs 3 \
+           --output "$OUT/e2e_${E2E_ARCH:-llama-3-8b}${E2E_TAG}" 2>&1 \
+           | grep -v -E "Online softmax|split the reduction|important use case|^softmax|lowering.py|warnings.warn|^ *$|_warn_once" \
+           | tee "$OUT/e2e_${E2E_ARCH:-llama-3-8b}${E2E_TAG}.log" | grep --line-buffered -E "TPOT|bound|FAILED|Error|error|wrote" | cut -c1-260 ;;
+    pack) cd "$OUT" && for d in kernels* e2e_*; do [ -d "$d" ] && tar czf "$d.tgz" "$d" && rm -rf "$d"; done; cd - > /dev/null ;;
   esac
   echo "stage $stage done at $SECONDS s"
 done
