@@ -283,6 +283,10 @@ int main(int argc, char** argv) {
     arms.push_back([&] { ring_arm<16, 2, 4, 2>(s.name, b, s.N, s.R, out); });
     arms.push_back([&] { ring_arm<16, 2, 6, 2>(s.name, b, s.N, s.R, out); });
     arms.push_back([&] { ring_arm<16, 4, 3, 2>(s.name, b, s.N, s.R, out); });
+    // Session 28, call 7: the served GEMV's CTA shape (one warp a tile, 16 warps, 256 rows; 2-3 slots)
+    arms.push_back([&] { ring_arm<16, 2, 2, 1>(s.name, b, s.N, s.R, out); });
+    arms.push_back([&] { ring_arm<16, 2, 3, 1>(s.name, b, s.N, s.R, out); });
+    arms.push_back([&] { ring_arm<8, 2, 3, 1>(s.name, b, s.N, s.R, out); });
     for (int per : {1, 2, 4, 8}) {
       arms.push_back([&, per] { ldg_arm<4>(s.name, b, sms * per, 256, out); });
       arms.push_back([&, per] { ldg_arm<8>(s.name, b, sms * per, 256, out); });

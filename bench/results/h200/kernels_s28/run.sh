@@ -4,7 +4,8 @@
 # Stages:
 # kcache: bench/kernel_cache.py unpack .kcache/kernels.tar.xz (built on the CPU machine; `carry` .kcache), timed;
 # probe: build and run read_probe.cu (how fast a launch reads a weight-sized buffer, by the way it reads; PROBE_SHAPES
-#   picks shapes by index, default all five), to $OUT/probe.log;
+#   picks shapes by index, default all five; PROBE_ARMS arms by index, default all), to $OUT/probe.log;
+# pdl: pdl_ab.py (the served W4A16 GEMV at one token with plain launches, PDL, PDL with early weight reads);
 # ncu: Nsight Compute on kernels_s27/ncu_probe.py (NCU_SHAPES) with the warp stall reasons;
 # sweep: bench/results/h100/kernels_s25/sweep.py over SWEEP_VARIANTS at SWEEP_M (SWEEP_WAVES, SWEEP_CLUSTER), to
 #   $OUT/sweep${SWEEP_TAG}.json and picks${SWEEP_TAG}.json;
@@ -19,7 +20,7 @@ for stage in $STAGES; do
     probe) nvcc -O3 -std=c++17 -arch=sm_90a -o /tmp/read_probe "$here/read_probe.cu" || continue
            /tmp/read_probe 0 -3 | head -1 | tee "$OUT/probe.log"
            n=$(/tmp/read_probe 0 -2 | grep arms | cut -d' ' -f1)
-           for sh in ${PROBE_SHAPES:-0 1 2 3 4}; do for a in $(seq 0 $((n - 1))); do  # one process an arm (see the .cu)
+           for sh in ${PROBE_SHAPES:-0 1 2 3 4}; do for a in ${PROBE_ARMS:-$(seq 0 $((n - 1)))}; do  # one process an arm
              timeout 30 /tmp/read_probe "$sh" "$a" 2>&1 | tee -a "$OUT/probe.log"; done; done ;;
     ncu) timeout "${NCU_LIMIT:-150}" ncu --clock-control none -k regex:"w4a16|gemv|gemm" --launch-count "${NCU_COUNT:-14}" \
            --section SpeedOfLight --section WarpStateStats --section Occupancy \
@@ -30,6 +31,7 @@ for stage in $STAGES; do
     sweep) SWEEP_VARIANTS="${SWEEP_VARIANTS:-all}" timeout "${SWEEP_LIMIT:-300}" python3 bench/results/h100/kernels_s25/sweep.py \
              "$OUT/sweep${SWEEP_TAG}.json" "$OUT/picks${SWEEP_TAG}.json" ${SWEEP_M:-1} 2>&1 | tee "$OUT/sweep${SWEEP_TAG}.log" \
              | grep -v "^    NOT" | cut -c1-230 ;;
+    pdl) timeout "${PDL_LIMIT:-120}" python3 "$here/pdl_ab.py" 2>&1 | tee "$OUT/pdl_ab.log" ;;
     nomath) timeout "${NOMATH_LIMIT:-120}" python3 "$here/nomath.py" 2>&1 | tee "$OUT/nomath.log" ;;
     tests) timeout "${TEST_LIMIT:-240}" python3 -m pytest -q -p no:cacheprovider ${TESTS} ${TEST_K:+-k "$TEST_K"} 2>&1 \
              | tail -25 | tee "$OUT/pytest${TEST_TAG}.log" ;;
