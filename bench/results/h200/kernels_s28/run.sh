@@ -5,6 +5,7 @@
 # kcache: bench/kernel_cache.py unpack .kcache/kernels.tar.xz (built on the CPU machine; `carry` .kcache), timed;
 # probe: build and run read_probe.cu (how fast a launch reads a weight-sized buffer, by the way it reads; PROBE_SHAPES
 #   picks shapes by index, default all five; PROBE_ARMS arms by index, default all), to $OUT/probe.log;
+# diag: diag.py (w16b2s2 / w16b2s3 with parts of the kernel left out, at the commit that has the DIAG builds);
 # pdl: pdl_ab.py (the served W4A16 GEMV at one token with plain launches, PDL, PDL with early weight reads);
 # ncu: Nsight Compute on kernels_s27/ncu_probe.py (NCU_SHAPES) with the warp stall reasons;
 # sweep: bench/results/h100/kernels_s25/sweep.py over SWEEP_VARIANTS at SWEEP_M (SWEEP_WAVES, SWEEP_CLUSTER), to
@@ -31,6 +32,7 @@ for stage in $STAGES; do
     sweep) SWEEP_VARIANTS="${SWEEP_VARIANTS:-all}" timeout "${SWEEP_LIMIT:-300}" python3 bench/results/h100/kernels_s25/sweep.py \
              "$OUT/sweep${SWEEP_TAG}.json" "$OUT/picks${SWEEP_TAG}.json" ${SWEEP_M:-1} 2>&1 | tee "$OUT/sweep${SWEEP_TAG}.log" \
              | grep -v "^    NOT" | cut -c1-230 ;;
+    diag) timeout "${DIAG_LIMIT:-200}" python3 "$here/diag.py" 2>&1 | tee "$OUT/diag.log" ;;
     pdl) timeout "${PDL_LIMIT:-120}" python3 "$here/pdl_ab.py" 2>&1 | tee "$OUT/pdl_ab.log" ;;
     nomath) timeout "${NOMATH_LIMIT:-120}" python3 "$here/nomath.py" 2>&1 | tee "$OUT/nomath.log" ;;
     tests) timeout "${TEST_LIMIT:-240}" python3 -m pytest -q -p no:cacheprovider ${TESTS} ${TEST_K:+-k "$TEST_K"} 2>&1 \
