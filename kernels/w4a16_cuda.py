@@ -62,7 +62,7 @@ SHARED_TILE = {"w8b2s3k4": 4, "w8b2s3k8": 8, "w8b2s4k4": 4, "w16b2s2k4": 4, "w16
                "w4b2s4k4": 4, "w16b2s2k16": 16, "w16b2s3k4": 4, "w16b4s2k8": 8}
 VARIANTS.update({name: VARIANTS[name[:name.index("k")]] for name in SHARED_TILE})
 # Session 28 diagnostic builds (temporary, not served; wrong outputs): base + "d" + W4_DIAG mask (the .cu).
-DIAG = {f"{base}d{mask}": mask for base in ("w16b2s2", "w16b2s3") for mask in (1, 3, 7)}
+DIAG = {f"{base}d{mask}": mask for base in ("w16b2s2", "w16b2s3") for mask in (1, 3, 7, 9, 15)}
 VARIANTS.update({name: VARIANTS[name[:name.rindex("d")]] for name in DIAG})
 
 

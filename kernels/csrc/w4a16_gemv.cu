@@ -107,7 +107,8 @@
 #define W4_ACC 4
 #endif
 // Session 28 diagnostic builds (not served; their outputs are wrong): bit 0 leaves out the main loop's math, bit 1 the
-// staging of the scales, bit 2 the staging of the activations (bench/results/h200/kernels_s28/diag.py).
+// staging of the scales, bit 2 the staging of the activations, bit 3 the main loop's reads of the staged scales and
+// activations (bench/results/h200/kernels_s28/diag.py).
 #ifndef W4_DIAG
 #define W4_DIAG 0
 #endif
@@ -640,8 +641,12 @@ __global__ void __launch_bounds__(THREADS, min_ctas(MT)) w4a16_gemv_kernel(const
               zb[rt] = (uint32_t)zc[(2 * lb) * ROWS + r0 + 8] | ((uint32_t)zc[(2 * lb + 1) * ROWS + r0 + 8] << 16);
             }
           } else {
+#if W4_DIAG & 8
+            sa[rt] = sb[rt] = 0x3C00u + lb;
+#else
             sa[rt] = sc[lb * ROWS + r0];
             sb[rt] = sc[lb * ROWS + r0 + 8];
+#endif
             sa[rt] |= sa[rt] << 16;
             sb[rt] |= sb[rt] << 16;
             if (ASYM) {
@@ -658,7 +663,11 @@ __global__ void __launch_bounds__(THREADS, min_ctas(MT)) w4a16_gemv_kernel(const
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
+#if W4_DIAG & 8
+            for (int c = 0; c < 4; ++c) bq[mt][c] = make_uint4(lb, c, lane, mt);
+#else
             for (int c = 0; c < 4; ++c) bq[mt][c] = xs[(lb * 4 + c) * x_piece[mt] + x_lane[mt]];
+#endif
           }
           // Group 128: this block's (one group's) unscaled sums, in SETS sets. Group 64 with one set adds into acc
           // itself (as before session 28); with more, its sets are added to acc at the block's end.

@@ -32,7 +32,7 @@ for stage in $STAGES; do
     sweep) SWEEP_VARIANTS="${SWEEP_VARIANTS:-all}" timeout "${SWEEP_LIMIT:-300}" python3 bench/results/h100/kernels_s25/sweep.py \
              "$OUT/sweep${SWEEP_TAG}.json" "$OUT/picks${SWEEP_TAG}.json" ${SWEEP_M:-1} 2>&1 | tee "$OUT/sweep${SWEEP_TAG}.log" \
              | grep -v "^    NOT" | cut -c1-230 ;;
-    diag) timeout "${DIAG_LIMIT:-200}" python3 "$here/diag.py" 2>&1 | tee "$OUT/diag.log" ;;
+    diag) timeout "${DIAG_LIMIT:-200}" python3 "$here/diag.py" $DIAG_ARGS 2>&1 | tee "$OUT/diag.log" ;;
     pdl) timeout "${PDL_LIMIT:-120}" python3 "$here/pdl_ab.py" 2>&1 | tee "$OUT/pdl_ab.log" ;;
     nomath) timeout "${NOMATH_LIMIT:-120}" python3 "$here/nomath.py" 2>&1 | tee "$OUT/nomath.log" ;;
     tests) timeout "${TEST_LIMIT:-240}" python3 -m pytest -q -p no:cacheprovider ${TESTS} ${TEST_K:+-k "$TEST_K"} 2>&1 \
