@@ -61,21 +61,12 @@ ROW_TILES = {"w4b2s3r2": 2, "w4b2s4r2": 2, "w8b2s2r2": 2, "w8b2s3r2": 2}
 SHARED_TILE = {"w8b2s3k4": 4, "w8b2s3k8": 8, "w8b2s4k4": 4, "w16b2s2k4": 4, "w16b2s2k8": 8, "w16b2s3k8": 8,
                "w4b2s4k4": 4, "w16b2s2k16": 16, "w16b2s3k4": 4, "w16b4s2k8": 8}
 VARIANTS.update({name: VARIANTS[name[:name.index("k")]] for name in SHARED_TILE})
-# Session 28 diagnostic builds (temporary, not served; wrong outputs): base + "d" + W4_DIAG mask (the .cu).
-DIAG = {f"{base}d{mask}": mask for base in ("w16b2s2", "w16b2s3") for mask in (1, 3, 7, 9, 15)}
-VARIANTS.update({name: VARIANTS[name[:name.rindex("d")]] for name in DIAG})
-
-
-def base_variant(name: str) -> str:
-    """The build whose row tiles and tile sharing a variant has."""
-    return name[:name.rindex("d")] if name in DIAG else name
 
 
 def rows_per_cta(name: str) -> int:
     """Output rows of one CTA of a build variant: 16 per mma row tile, ROW_TILES tiles per warp, SHARED_TILE warps
     per tile."""
-    base = base_variant(name)
-    return 16 * VARIANTS[name][0] * ROW_TILES.get(base, 1) // SHARED_TILE.get(base, 1)
+    return 16 * VARIANTS[name][0] * ROW_TILES.get(name, 1) // SHARED_TILE.get(name, 1)
 
 
 # (variant, waves) per M bucket (M <= 8, <= 16, <= 32, <= 64); waves = CTAs launched / CTAs resident at once (see
@@ -323,13 +314,10 @@ def compile_variant(arch_code: str, name: str, xform: bool = False) -> Path:
     the fused input transforms (-DW4_XFORM=1, a library of its own; without it the kernels are session 6's)."""
     warps, blocks, slots = VARIANTS[name]
     flags = [f"-DW4_WARPS={warps}", f"-DW4_SB={blocks}", f"-DW4_STAGES={slots}"] + (["-DW4_XFORM=1"] if xform else [])
-    base = base_variant(name)
-    if ROW_TILES.get(base, 1) > 1:  # only then: the session-6 variants keep their flags (and cached builds)
-        flags.append(f"-DW4_RT={ROW_TILES[base]}")
-    if SHARED_TILE.get(base, 1) > 1:
-        flags.append(f"-DW4_KS={SHARED_TILE[base]}")
-    if name in DIAG:
-        flags.append(f"-DW4_DIAG={DIAG[name]}")
+    if ROW_TILES.get(name, 1) > 1:  # only then: the session-6 variants keep their flags (and cached builds)
+        flags.append(f"-DW4_RT={ROW_TILES[name]}")
+    if SHARED_TILE.get(name, 1) > 1:
+        flags.append(f"-DW4_KS={SHARED_TILE[name]}")
     return cuda_build.compile_library(SRC, name + ("_xf" if xform else ""), flags, arch_code, "w4a16 CUDA GEMV",
                                       "the Triton kernels serve instead")
 
@@ -370,8 +358,7 @@ def smem_bytes(per: int, m: int, name: str, group_size: int = 128, asym: bool = 
     warps, blocks, slots = VARIANTS[name]
     rows, gpb = rows_per_cta(name), 2 if group_size == 64 else 1
     r16 = lambda v: -(-v // 16) * 16  # noqa: E731
-    return (warps * slots * blocks * 1024 * ROW_TILES.get(base_variant(name), 1) + (per * 16 * m + 1) * 16
-            + r16(per * gpb * rows * 2)
+    return (warps * slots * blocks * 1024 * ROW_TILES.get(name, 1) + (per * 16 * m + 1) * 16 + r16(per * gpb * rows * 2)
             + (r16(per * gpb * rows) if asym else 0))
 
 

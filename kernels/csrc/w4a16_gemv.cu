@@ -106,12 +106,6 @@
 #ifndef W4_ACC
 #define W4_ACC 4
 #endif
-// Session 28 diagnostic builds (not served; their outputs are wrong): bit 0 leaves out the main loop's math, bit 1 the
-// staging of the scales, bit 2 the staging of the activations, bit 3 the main loop's reads of the staged scales and
-// activations (bench/results/h200/kernels_s28/diag.py).
-#ifndef W4_DIAG
-#define W4_DIAG 0
-#endif
 
 namespace {
 
@@ -426,7 +420,7 @@ __global__ void __launch_bounds__(THREADS, min_ctas(MT)) w4a16_gemv_kernel(const
       }
     }
   };
-  if (!(W4_DIAG & 2)) load_scales(threadIdx.x);
+  load_scales(threadIdx.x);
 
   // Everything below reads what the previous kernel may have written (x) or shares it (ws, counters).
   grid_dep_wait();
@@ -490,7 +484,7 @@ __global__ void __launch_bounds__(THREADS, min_ctas(MT)) w4a16_gemv_kernel(const
   // ---- activations. One staging unit = (block lb, slice j, lane ln): x[k0 .. k0 + 3] and
   // x[k0 + 64 .. k0 + 67] of token ln / 4, k0 = 128 b + 16 j + 4 t, two 8-byte loads that fill slot j of the
   // lane's 4 pieces (q = 0..3). A thread issues the loads of BATCH units before storing any.
-  if (!(W4_DIAG & 4)) {
+  {
     uint32_t* xs32 = reinterpret_cast<uint32_t*>(xs);
     const bool xvec = ((reinterpret_cast<uintptr_t>(a.x) | (uintptr_t)a.ldx * 2) & 7) == 0;
     const int units = nb * 4 * lanes_m;
@@ -546,12 +540,10 @@ __global__ void __launch_bounds__(THREADS, min_ctas(MT)) w4a16_gemv_kernel(const
     }
     if (threadIdx.x == 0) xs[nb * 4 * lanes_m] = make_uint4(0u, 0u, 0u, 0u);  // the zero slot (below)
   }
-  if (!(W4_DIAG & 2)) {
-    store_scales(threadIdx.x);
-    for (int base = threadIdx.x + SBATCH * THREADS; base < sc_pairs; base += SBATCH * THREADS) {
-      load_scales(base);
-      store_scales(base);
-    }
+  store_scales(threadIdx.x);
+  for (int base = threadIdx.x + SBATCH * THREADS; base < sc_pairs; base += SBATCH * THREADS) {
+    load_scales(base);
+    store_scales(base);
   }
   __syncthreads();
 
@@ -641,12 +633,8 @@ __global__ void __launch_bounds__(THREADS, min_ctas(MT)) w4a16_gemv_kernel(const
               zb[rt] = (uint32_t)zc[(2 * lb) * ROWS + r0 + 8] | ((uint32_t)zc[(2 * lb + 1) * ROWS + r0 + 8] << 16);
             }
           } else {
-#if W4_DIAG & 8
-            sa[rt] = sb[rt] = 0x3C00u + lb;
-#else
             sa[rt] = sc[lb * ROWS + r0];
             sb[rt] = sc[lb * ROWS + r0 + 8];
-#endif
             sa[rt] |= sa[rt] << 16;
             sb[rt] |= sb[rt] << 16;
             if (ASYM) {
@@ -663,11 +651,7 @@ __global__ void __launch_bounds__(THREADS, min_ctas(MT)) w4a16_gemv_kernel(const
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-#if W4_DIAG & 8
-            for (int c = 0; c < 4; ++c) bq[mt][c] = make_uint4(lb, c, lane, mt);
-#else
             for (int c = 0; c < 4; ++c) bq[mt][c] = xs[(lb * 4 + c) * x_piece[mt] + x_lane[mt]];
-#endif
           }
           // Group 128: this block's (one group's) unscaled sums, in SETS sets. Group 64 with one set adds into acc
           // itself (as before session 28); with more, its sets are added to acc at the block's end.
@@ -682,15 +666,6 @@ __global__ void __launch_bounds__(THREADS, min_ctas(MT)) w4a16_gemv_kernel(const
               for (int j = 0; j < SETS; ++j) blk[rt][mt][j][0] = blk[rt][mt][j][1] = blk[rt][mt][j][2] = blk[rt][mt][j][3] = 0.f;
             }
           }
-#if W4_DIAG & 1
-#pragma unroll
-          for (int c = 0; c < 4; ++c) {
-#pragma unroll
-            for (int rt = 0; rt < RT; ++rt)
-              blk[rt][0][0][c] += __uint_as_float((word(wa[rt], c) ^ word(wb[rt], c) ^ bq[0][c].x ^ sa[rt]) & 0x3F7FFFFFu);
-          }
-          if (false)
-#endif
 #pragma unroll
           for (int c = 0; c < 4; ++c) {
 #pragma unroll

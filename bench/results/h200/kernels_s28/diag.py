@@ -4,11 +4,11 @@ three-slot build is slower than its two-slot one. This times w16b2s2 and w16b2s3
 served build of the gate/up layers) as served and with parts of the kernel left out (-DW4_DIAG, kernels/w4a16_cuda.py
 DIAG; outputs wrong, so timed unchecked): d1 no math, d3 no math and no scale staging, d7 no math, no scale staging and
 no activation staging, d9 no math and no reads of the staged scales and activations in the main loop, d15 all of
-it left out (only the weight ring and its shared-memory reads remain) -- names from the command line ("" = as served,
+it left out (only the weight ring and its shared-memory reads remain) -- names from the command line ("-" = as served,
 default "" d1 d3 d7) -- at waves 0.5 (the probe's CTA count: no K split) and 1.0 (the served plan), by the kernel
 table's rotate timing, one process, each twice.
-Usage (repository root, GPU machine, at the commit that has the DIAG builds):
-  python3 bench/results/h200/kernels_s28/diag.py [SUFFIX ...]    # e.g. "" d1 d9 d15
+Usage (repository root, GPU machine, at 7cdf5fe, which has the DIAG builds; later commits took them out):
+  python3 bench/results/h200/kernels_s28/diag.py [SUFFIX ...]    # e.g. - d1 d9 d15
 """
 
 import sys
@@ -19,7 +19,7 @@ from compress.bench import kernel_timing as kt
 from kernels import w4a16_cuda
 from kernels.cases import make_int4
 
-names = [f"{b}{d}" for b in ("w16b2s2", "w16b2s3") for d in sys.argv[1:] or ("", "d1", "d3", "d7")]
+names = [f"{b}{d.strip('-')}" for b in ("w16b2s2", "w16b2s3") for d in sys.argv[1:] or ("", "d1", "d3", "d7")]
 w4a16_cuda.prebuild(torch.device("cuda"), names)
 for label, n, k in [("8B gate/up", 14336, 4096), ("8B down", 4096, 14336), ("70B gate/up", 28672, 8192)]:
     p = make_int4(n, k, 128, True, torch.float16, "cuda", seed=n + k)
