@@ -133,7 +133,8 @@ TUNED = {
 # every entry was again faster than TUNED's config and within 1.5% of that run's fastest arm. Qwen3 down at 16 tokens
 # comes from call 4 alone (call 1's sweep stopped before it). At one token TUNED's configs held on the other 8 shapes
 # (within 2%), and in the 8B decode step the balanced schedule lost on every layer (call 3: 1.916 -> 2.07-2.43 ms).
-# M = 2..8 and 9..15 take these entries unmeasured, as they take TUNED's.
+# M = 2..8 and 9..15 take these entries unmeasured, as they take TUNED's. Session 28 (kernels_s28/README.md) added Qwen3
+# down at one token, measured the same way with that session's builds.
 TUNED_BY_GPU: dict[str, dict[tuple[int, int], dict[int, tuple[str, float, bool, bool]]]] = {
     "H200": {
         (14336, 4096): {8: ("w16b2s2", 1.0, False, False)},  # 8B gate / up: 8 12.06 -> 11.42
@@ -146,7 +147,9 @@ TUNED_BY_GPU: dict[str, dict[tuple[int, int], dict[int, tuple[str, float, bool, 
         (28672, 4096): {16: ("w8b2s2r2", 2.0, False, False)},  # 8B fused gate_up: 16 39.89 (balanced) -> 35.09
         # Qwen3-8B fused gate_up: 8 17.76 -> 17.11; 16 31.96 -> 27.55
         (24576, 4096): {8: ("w4b2s4", 1.0, False, False), 16: ("w8b2s2r2", 0.5, False, False)},
-        (4096, 12288): {16: ("w8b2s2r2", 1.0, False, False)},  # Qwen3-8B down: 16 20.02 -> 17.66 (call 4)
+        # Qwen3-8B down: 16 20.02 -> 17.66 (call 4); 8 (session 28, calls 4 and 8 on two machines, builds with the
+        # one-token accumulator sets) w8b2s3 10.43 / 10.41 -> 10.04 / 10.01
+        (4096, 12288): {8: ("w16b2s2k8", 1.0, False, False), 16: ("w8b2s2r2", 1.0, False, False)},
     },
 }
 # Split-K plan (see `plan`): no K chunk shorter than MIN_BLOCKS blocks of 128; staged activations at most
