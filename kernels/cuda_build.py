@@ -93,6 +93,23 @@ def compile_library(src: Path, name: str, flags: list[str], arch_code: str, what
     return lib
 
 
+def compile_parallel(builds: list[Callable[[], object]]) -> list[tuple[int, CompressError]]:
+    """Run several library builds (calls of a module's `compile_variant`) at once, in parallel nvcc processes: one per
+    core at most (nvcc is CPU-bound and each process takes hundreds of MB). Returns (index, error) of each build that
+    failed, in order; the others are in the cache."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(build: Callable[[], object]) -> CompressError | None:
+        try:
+            build()
+        except CompressError as e:
+            return e
+        return None
+
+    with ThreadPoolExecutor(max(1, min(len(builds), os.cpu_count() or 1))) as pool:
+        return [(i, e) for i, e in enumerate(pool.map(one, builds)) if e is not None]
+
+
 def one_device(what: str, *tensors: torch.Tensor | None) -> torch.device:
     """The device all the given tensors are on (None entries skipped); a CompressError naming the devices otherwise."""
     devices = {t.device for t in tensors if t is not None}

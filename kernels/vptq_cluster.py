@@ -17,6 +17,7 @@ kernel is pinned with COMPRESS_VPTQ_KERNEL=cluster).
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,11 +75,10 @@ def build(device: torch.device, b: int, rb: int) -> ctypes.CDLL:
 
 
 def prebuild(device: torch.device, pairs: list[tuple[int, int]]) -> None:
-    """Compile several bit pairs at once (parallel nvcc processes)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(len(pairs)) as pool:
-        list(pool.map(lambda br: build(device, *br), pairs))
+    """Compile several bit pairs at once (cuda_build.compile_parallel); raises the first failure."""
+    failed = cuda_build.compile_parallel([functools.partial(build, device, *br) for br in pairs])
+    if failed:
+        raise failed[0][1]
 
 
 @dataclass(frozen=True)

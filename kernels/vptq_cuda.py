@@ -15,6 +15,7 @@ No re-layout of the checkpoint: the kernel reads the packed index stream of note
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 import os
 import warnings
@@ -76,11 +77,10 @@ def _compile(device: torch.device, name: str) -> Path:
 
 
 def prebuild(device: torch.device, names: list[str]) -> None:
-    """Compile several variants at once (parallel nvcc processes), for the probe."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(len(names)) as pool:
-        list(pool.map(lambda nm: _compile(device, nm), names))
+    """Compile several variants at once (cuda_build.compile_parallel), for the probe; raises the first failure."""
+    failed = cuda_build.compile_parallel([functools.partial(_compile, device, nm) for nm in names])
+    if failed:
+        raise failed[0][1]
 
 
 def _bind(so: ctypes.CDLL) -> None:

@@ -32,6 +32,7 @@ The plain-torch reference of the same math is kernels.w4a16.w4a16_linear_ref.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import warnings
 from pathlib import Path
@@ -265,14 +266,20 @@ def gpu_name(device: torch.device | None) -> str | None:
     return name
 
 
+def _gpu_key(gpu: str | None) -> str | None:
+    """The first TUNED_BY_GPU key that the GPU name holds ("H200" in "NVIDIA H200"), else None."""
+    return next((key for key in TUNED_BY_GPU if gpu and key in gpu), None)
+
+
 def gpu_table(gpu: str | None) -> dict[tuple[int, int], dict[int, tuple[str, float, bool, bool]]]:
     """TUNED_BY_GPU's table for a GPU name (the first key the name holds), else {}."""
-    return next((table for key, table in TUNED_BY_GPU.items() if gpu and key in gpu), {})
+    key = _gpu_key(gpu)
+    return TUNED_BY_GPU[key] if key is not None else {}
 
 
 def config_source(gpu: str | None) -> str:
     """Where the launch configs served on the GPU named `gpu` were measured, in words (for benchmark reports)."""
-    key = next((key for key in TUNED_BY_GPU if gpu and key in gpu), None)
+    key = _gpu_key(gpu)
     if key is not None:
         text = (f"measured on the {key} (kernels/w4a16_cuda.py TUNED_BY_GPU[{key!r}]) where it lists the shape and M, "
                 "else on the H100 (TUNED)")
@@ -348,12 +355,12 @@ def build(device: torch.device, name: str | None = None, xform: bool = False) ->
 
 
 def prebuild(device: torch.device, names: list[str]) -> None:
-    """Compile several variants at once (parallel nvcc processes), for the benchmark's sweep."""
-    from concurrent.futures import ThreadPoolExecutor
-
+    """Compile several variants at once (cuda_build.compile_parallel), for the benchmark's sweeps; raises the first
+    failure."""
     arch_code = cuda_build.arch(device)
-    with ThreadPoolExecutor(len(names)) as pool:
-        list(pool.map(lambda nm: compile_variant(arch_code, nm), names))
+    failed = cuda_build.compile_parallel([functools.partial(compile_variant, arch_code, nm) for nm in names])
+    if failed:
+        raise failed[0][1]
 
 
 def smem_bytes(per: int, m: int, name: str, group_size: int = 128, asym: bool = False) -> int:

@@ -12,7 +12,6 @@ Row dicts carry everything the report prints; bytes are counted explicitly (weig
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from typing import Any, Callable
@@ -291,26 +290,19 @@ def sparse24_table_builds() -> list[tuple[str, str]]:
 
 
 def prebuild(suite: str, builds: list[tuple[str, str]], arch_code: str) -> list[str]:
-    """Compile a suite's CUDA builds, (kernel module, variant), at once in parallel nvcc processes (one per core at
-    most: nvcc is CPU-bound and each process takes hundreds of MB), and return the ones that failed, each with the end
-    of its error (nvcc's message). Built one at a time on first use, they took most of a table's time on a fresh machine (session
+    """Compile a suite's CUDA builds, (kernel module, variant), at once (kernels.cuda_build.compile_parallel), and
+    return the ones that failed, each with the end of its error (nvcc's message). Built one at a time on first use, they took most of a table's time on a fresh machine (session
     26's W4A16 quick table: 17 of 32 rows in 310 s; session 27, prebuilt: 8 builds in 42 s, all 68 rows in 104 s). A
     build that fails is left to the row that needs it, which then reports it."""
+    import functools
     import importlib
-    from concurrent.futures import ThreadPoolExecutor
 
-    from compress.errors import CompressError
-
-    def one(build: tuple[str, str]) -> str | None:
-        try:
-            importlib.import_module(f"kernels.{build[0]}").compile_variant(arch_code, build[1])
-        except CompressError as e:
-            return f"{build[0]} {build[1]} ({str(e)[-200:]})"
-        return None
+    from kernels import cuda_build
 
     t0 = time.time()
-    with ThreadPoolExecutor(max(1, min(len(builds), os.cpu_count() or 1))) as pool:
-        failed = [f for f in pool.map(one, builds) if f is not None]
+    jobs = [functools.partial(importlib.import_module(f"kernels.{module}").compile_variant, arch_code, variant)
+            for module, variant in builds]
+    failed = [f"{builds[i][0]} {builds[i][1]} ({str(e)[-200:]})" for i, e in cuda_build.compile_parallel(jobs)]
     print(f"[bench] {suite}: {len(builds) - len(failed)} CUDA builds ready in {time.time() - t0:.0f} s"
           + (f"; failed, the rows that need them say so: {failed}" if failed else ""), flush=True)
     return failed
