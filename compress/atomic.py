@@ -9,9 +9,9 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 from pathlib import Path
 
+from compress import interrupts
 from compress.errors import CompressError
 
 
@@ -25,30 +25,30 @@ def check_output(output: Path, force: bool) -> None:
 
 @contextlib.contextmanager
 def atomic_folder(output: Path, force: bool):
-    """Yield a temporary folder; on normal exit move it to `output`, on any error delete it."""
+    """Yield a temporary folder; on normal exit move it to `output`, on any error delete it.
+
+    Ctrl-C / SIGTERM anywhere before the move, even one Python swallowed in a finalizer
+    (compress.interrupts), abandons the folder; one during the move lets the move finish first."""
     output = output.resolve()
     check_output(output, force)
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = output.parent / f".{output.name}.partial-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
-    tmp.mkdir()
-    previous = signal.getsignal(signal.SIGTERM)
-
-    def on_term(signum, frame):  # turn SIGTERM into an exception so the cleanup below runs
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_term)
     try:
-        yield tmp
-        if output.exists():  # only reachable with force: swap, then drop the old one
-            old = output.parent / f".{output.name}.old-{os.getpid()}"
-            output.rename(old)
-            tmp.rename(output)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(output)
+        tmp.mkdir()
+        with interrupts.watched():
+            yield tmp
+            interrupts.check()
+            with interrupts.deferred():  # two renames with --force: never leave `output` missing
+                if output.exists():  # only reachable with force: swap, then drop the old one
+                    old = output.parent / f".{output.name}.old-{os.getpid()}"
+                    output.rename(old)
+                    tmp.rename(output)
+                    shutil.rmtree(old, ignore_errors=True)
+                else:
+                    tmp.rename(output)
+                interrupts.committed.append(output)
     finally:
-        signal.signal(signal.SIGTERM, previous)
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

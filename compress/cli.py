@@ -15,6 +15,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from compress import interrupts
 from compress.errors import CompressError
 
 app = typer.Typer(
@@ -44,15 +45,20 @@ def user_errors(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        interrupts.reset()
         try:
-            return fn(*args, **kwargs)
+            with interrupts.watched():  # Ctrl-C cannot get lost in a finalizer (see compress.interrupts)
+                return fn(*args, **kwargs)
         except CompressError as e:
             if os.environ.get("COMPRESS_DEBUG") == "1":
                 raise
             _err(str(e))
             raise typer.Exit(1) from None
         except KeyboardInterrupt:
-            _err("interrupted: no checkpoint was written or changed")
+            if interrupts.committed:
+                _err(f"interrupted after the checkpoint was complete: {interrupts.committed[-1]} is whole")
+            else:
+                _err("interrupted: no checkpoint was written or changed")
             raise typer.Exit(130) from None
 
     return wrapper
@@ -87,7 +93,7 @@ def run(
     from compress.pipeline import GateFailed, RunOptions
     from compress.pipeline import run as run_pipeline
     from compress.progress import Progress, console
-    from compress.report import markdown_table, summary_row
+    from compress.report import summary_row
 
     opts = RunOptions(
         recipe, model, dataset, num_samples, seq_len, output, seed, device.value, force, eval_dataset,

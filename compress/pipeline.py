@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from compress import compat  # noqa: F401 - sets llmcompressor's log level before it is imported
+from compress import interrupts
 from compress.atomic import atomic_folder, check_output
 from compress.baseline_cache import cached_perplexity
 from compress.checkpoint import load_checkpoint, save_checkpoint, verify_sparse24_pack, write_sparse24_pack
@@ -78,9 +79,12 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunResult:
 
     @contextlib.contextmanager
     def phase(name: str):
+        # A Ctrl-C that Python swallowed in a finalizer (compress.interrupts) stops the run here at the latest.
+        interrupts.check()
         t = time.perf_counter()
         with progress.phase(name):
             yield
+        interrupts.check()
         timings[name] = round(time.perf_counter() - t, 3)
 
     recipe = load_recipe(opts.recipe)
