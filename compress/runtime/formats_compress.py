@@ -123,6 +123,9 @@ class Int4Linear(QuantLinear):
     def cuda_gemv(self, x2d):
         return kb.kernel_module("w4a16_cuda").w4a16_gemv(x2d, self.qweight, self.scales, self.zeros, self.group_size)
 
+    def cuda_cc_gemv(self, x2d):
+        return kb.kernel_module("w4a16_cc").w4a16_cc_gemv(x2d, self.qweight, self.scales, self.zeros, self.group_size)
+
     def kernel_paths(self, x2d):
         paths = [("kernel", partial(self.kernel, x2d)), ("dequant+cublas", partial(self.dequant_cublas, x2d))]
         # The CUDA C++ GEMV (kernels/w4a16_cuda.py) covers M <= its MAX_M (64 since session 8) where its build
@@ -130,6 +133,10 @@ class Int4Linear(QuantLinear):
         if kb.unavailable(x2d.device, "w4a16_cuda", "supports") is None and \
                 kb.kernel_module("w4a16_cuda").supports(x2d, self.qweight, self.scales, self.zeros, self.group_size):
             paths.append(("cuda_gemv", partial(self.cuda_gemv, x2d)))
+        # One token: the CUDA-core GEMV (kernels/w4a16_cc.py, session 29) joins the timing.
+        if x2d.shape[0] == 1 and kb.unavailable(x2d.device, "w4a16_cc", "supports") is None and \
+                kb.kernel_module("w4a16_cc").supports(x2d, self.qweight, self.scales, self.zeros, self.group_size):
+            paths.append(("cuda_cc_gemv", partial(self.cuda_cc_gemv, x2d)))
         return paths
 
 

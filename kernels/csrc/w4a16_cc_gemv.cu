@@ -1,0 +1,346 @@
+// W4A16 one-token GEMV on the CUDA cores (compress.int4 layout, read as it is): y = x @ W^T for one token.
+//
+// Why a second W4A16 GEMV: the tensor-core GEMV (w4a16_gemv.cu) runs one CTA of 16 warps an SM and streams the
+// weights through per-warp cp.async rings; on the H200 its frame, not its math, keeps it 1.4-10 us above a plain read
+// of the same bytes (bench/results/h200/kernels_s28). This one has no ring and no shared memory for weights: each
+// lane keeps R x U 16-byte words of its rows in flight in registers, small CTAs fill every SM several times over,
+// and occupancy hides the latency. At one token a tensor-core mma wastes 7 of its 8 columns, so CUDA-core math costs
+// no more. Session 29's probe (bench/results/h200/kernels_s29/cc_gemv_probe.cu) measured the design first.
+//
+// Math: W[n, k] = (u[n, k] - z[g, n]) * s[g, n] (compress/packing/int4.py). Word r of 128-block b holds nibble j =
+// u[n, 128b + 16j + r]. One LOP3 with 0x000F000F | 0x64006400 turns nibbles j and j+4 into the half2 (1024 + u)
+// for k = 16j + r and 16j + r + 64; with 0x00F000F0 it gives 1024 + 16u, and one HFMA2 by 1/16 removes the shift,
+// so a 32-bit word costs one SHF, four LOP3, four HSUB2/HFMA2 and four HFMA2 for its 8 products. The low halves
+// are k < 64 of the block and the high halves k >= 64: with group 64 they are the block's two groups, so each half
+// of the fp16 accumulator takes its own scale and zero.
+//
+// Precision and range: products are summed in fp16 over the 16 low (or high) values of one 16-byte word, then in
+// fp32 times the scale. So that neither a product nor such a sum can overflow fp16 (|u - z| <= 15), every CTA stages
+// each 128-block b of x scaled by a power of two 2^-e_b that puts its max |x| below 128, and folds 2^e_b into the
+// block's scales: exact scalings, so large activations (bf16 ones too: they are staged as fp16) cost no more than
+// the fp16 rounding of the small entries of their own block. The sums are in a fixed order: the same inputs give the
+// same bytes.
+//
+// Shared memory holds no weights. x is staged as the lanes read it: chunk c (16 bytes of a weight row = words 4(c%4)..+3 of
+// block c/4) needs 4 pieces of 16 bytes, piece p = the 4 half2 (x[k], x[k + 64]) of word 4(c%4) + p; piece p of
+// chunk c sits at slot 4c + (p ^ ((c >> 1) & 3)), so the 8 lanes of a quarter warp read 8 different bank groups.
+// The CTA's scales and zeros are staged beside x (G x rows each, by cp.async while x is staged).
+//
+// Work: CTA = WARPS warps, warp = R consecutive rows; lane l takes chunks l, l + 32, ... of its rows, U chunks a row
+// in flight. The first U chunks of each row are requested before x is staged (plain launches; under PDL with bit 1).
+// Programmatic dependent launch (flags bit 0): launch and setup overlap the previous kernel's tail and the kernel
+// waits (griddepcontrol.wait) before reading x; with bit 1 its first weight loads come before the wait (the weights
+// must not be written by the kernel right before it, true of a model's weights). It lets the next kernel start once
+// its loads are done.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include <type_traits>
+
+namespace {
+
+struct Args {
+  const uint16_t* x;   // (K,) fp16 or bf16
+  const uint4* q;      // (N, Kp / 32) 16-byte chunks
+  const uint16_t* s;   // (G, N), x's dtype
+  const uint8_t* z;    // (G, N) or null (symmetric: 8)
+  uint16_t* out;       // (N,)
+  int N, K, Kp, G;
+  int early;  // issue the first weight loads before griddepcontrol.wait and the staging of x
+};
+
+__host__ __device__ constexpr int up_floats(int Kp) { return (Kp / 128 + 3) / 4 * 4; }  // 2^e_b slots, 16-byte padded
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ uint4 ldg_stream(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ __half2 nib2(uint32_t w, uint32_t mask) {  // (w & mask) | 0x64006400
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(w), "r"(mask), "r"(0x64006400u));
+  return *reinterpret_cast<__half2*>(&r);
+}
+__device__ __forceinline__ __half2 as_h2(uint32_t u) { return *reinterpret_cast<__half2*>(&u); }
+
+template <typename T> __device__ __forceinline__ float to_f(uint16_t v);
+template <> __device__ __forceinline__ float to_f<__half>(uint16_t v) { return __half2float(__ushort_as_half(v)); }
+template <> __device__ __forceinline__ float to_f<__nv_bfloat16>(uint16_t v) { return __uint_as_float((uint32_t)v << 16); }
+template <typename T> __device__ __forceinline__ uint16_t from_f(float v);
+template <> __device__ __forceinline__ uint16_t from_f<__half>(float v) { return __half_as_ushort(__float2half_rn(v)); }
+template <> __device__ __forceinline__ uint16_t from_f<__nv_bfloat16>(float v) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+}
+
+// The 8 products of 32-bit word w (offsets zc = 1024 + z, zc16 = 64 + z per half) with its piece xp, into a.
+__device__ __forceinline__ __half2 dot_word(uint32_t w, uint4 xp, __half2 zc, __half2 zc16, __half2 a) {
+  const __half2 sixteenth = __float2half2_rn(0.0625f);
+  a = __hfma2(__hsub2(nib2(w, 0x000F000Fu), zc), as_h2(xp.x), a);
+  a = __hfma2(__hfma2(nib2(w, 0x00F000F0u), sixteenth, __hneg2(zc16)), as_h2(xp.y), a);
+  const uint32_t w8 = w >> 8;
+  a = __hfma2(__hsub2(nib2(w8, 0x000F000Fu), zc), as_h2(xp.z), a);
+  a = __hfma2(__hfma2(nib2(w8, 0x00F000F0u), sixteenth, __hneg2(zc16)), as_h2(xp.w), a);
+  return a;
+}
+
+// At most 64 registers a thread (32 / WARPS CTAs an SM by registers; 85 for 8 warps with 8 words a lane in flight,
+// which spill at 64): 74-80 halved the CTAs resident per SM on the H200 and cost up to 40% (session 29, call 3).
+template <int WARPS, int R, int U> constexpr int min_ctas() { return (WARPS == 8 && R * U >= 8) ? 3 : 32 / WARPS; }
+
+template <typename T, bool ASYM, bool G64, int WARPS, int R, int U>
+__global__ void __launch_bounds__(WARPS * 32, (min_ctas<WARPS, R, U>())) w4cc_kernel(const Args a) {
+  // Shared memory (smem_bytes): x staged, Kp / 8 pieces; 2^e_b of each block, Kp / 128 floats; the CTA's scales,
+  // G x RB raw 16-bit values; its zeros, G x RB bytes (asymmetric).
+  constexpr int RB = WARPS * R;  // rows of the CTA
+  extern __shared__ uint4 xs[];
+  float* s_up = reinterpret_cast<float*>(xs + a.Kp / 8);
+  uint16_t* s_sc = reinterpret_cast<uint16_t*>(s_up + up_floats(a.Kp));  // 16-byte aligned
+  uint8_t* s_z = reinterpret_cast<uint8_t*>(s_sc + a.G * RB);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int CW = a.Kp / 32;  // chunks per row
+  const int row0 = (blockIdx.x * WARPS + warp) * R;
+  const bool live = row0 < a.N;
+
+  uint4 wv[R][U];
+  auto load = [&](int c0) {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int c = c0 + 32 * u;
+        const int row = min(row0 + r, a.N - 1);
+        wv[r][u] = (live && c < CW) ? ldg_stream(a.q + (size_t)row * CW + c) : make_uint4(0, 0, 0, 0);
+      }
+  };
+  // First weight loads before anything else where that is safe: plain launches (stream order) and early PDL.
+  if (a.early) load(lane);
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+
+  // The CTA's scales (and zeros): through L1 they cost each lane a line per chunk and row, and the staged x leaves
+  // L1 little room at large K (session 29, call 4: 70B down 41.6 us against the probe's 32.3). Copied by cp.async
+  // (16 bytes = 8 rows of scales, 8 bytes = 8 rows of zeros; past N zero-filled) so the copy overlaps x's staging;
+  // with N % 8 != 0 the rows of a group are not 16-byte aligned, and one value a thread is copied instead.
+  const int n0 = blockIdx.x * RB;
+  if (a.N % 8 == 0) {
+    for (int t = threadIdx.x; t < a.G * (RB / 8); t += WARPS * 32) {
+      const int g = t / (RB / 8), n = n0 + (t % (RB / 8)) * 8;
+      const int bytes = n < a.N ? 16 : 0;  // N % 8 == 0: 8 rows are all in or all out
+      const uint16_t* src = bytes ? a.s + (size_t)g * a.N + n : a.s;
+      asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(s_sc + g * RB + n - n0)), "l"(src),
+                   "r"(bytes));
+      if constexpr (ASYM) {
+        const uint8_t* zsrc = bytes ? a.z + (size_t)g * a.N + n : a.z;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(smem_u32(s_z + g * RB + n - n0)),
+                     "l"(zsrc), "r"(bytes / 2));
+      }
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+  } else {
+    for (int t = threadIdx.x; t < a.G * RB; t += WARPS * 32) {
+      const int g = t / RB, rr = t - g * RB, n = min(n0 + rr, a.N - 1);
+      s_sc[t] = __ldg(a.s + (size_t)g * a.N + n);
+      if constexpr (ASYM) s_z[t] = __ldg(a.z + (size_t)g * a.N + n);
+    }
+  }
+  // Stage x in one pass. Thread i takes k = 128b + o .. +7 and the same 8 positions + 64 (o < 64), i.e. 8 whole
+  // half2 pairs (x[k], x[k + 64]); the 8 threads of block b agree on its exponent e_b by shuffles (max |x| * 2^-e_b
+  // <= 128) and store x * 2^-e_b; s_up[b] = 2^e_b goes back in with the scales.
+  for (int i0 = 0; i0 < a.Kp / 16; i0 += WARPS * 32) {  // every thread of a warp runs the shuffles
+    const int i = i0 + threadIdx.x;
+    const int b = i >> 3, o = (i & 7) * 8;  // o in [0, 64): 8 threads per block
+    const int k0 = b * 128 + o;
+    // Raw 16-bit values only (8 registers): the weights' first loads are in flight beside them.
+    uint32_t v[2][4];
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int k = k0 + 64 * hh;
+      uint4 q = make_uint4(0, 0, 0, 0);  // past K: zeros (K % 8 == 0, so 8 values are all in or all out)
+      if (i < a.Kp / 16 && k < a.K) q = __ldg(reinterpret_cast<const uint4*>(a.x + k));
+      v[hh][0] = q.x; v[hh][1] = q.y; v[hh][2] = q.z; v[hh][3] = q.w;
+    }
+    float mx = 0.f;
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+      for (int t = 0; t < 4; ++t)
+        mx = fmaxf(mx, fmaxf(fabsf(to_f<T>(v[hh][t] & 0xFFFF)), fabsf(to_f<T>(v[hh][t] >> 16))));
+#pragma unroll
+    for (int m = 4; m > 0; m >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, m));  // the block's 8 lanes
+    int ex = 0;
+    frexpf(mx, &ex);               // mx = f * 2^ex, f in [0.5, 1)
+    const int e = max(0, ex - 7);  // max |x| * 2^-e < 128
+    if (i < a.Kp / 16) {
+      const float down = ldexpf(1.f, -e);
+      const bool as_is = std::is_same<T, __half>::value && e == 0;  // fp16 needing no scaling: the bits as they are
+      const int j = o >> 4, r0 = o & 15;
+      uint32_t* xw = reinterpret_cast<uint32_t*>(xs);
+#pragma unroll
+      for (int t = 0; t < 8; ++t) {
+        const uint32_t lo = (v[0][t >> 1] >> (16 * (t & 1))) & 0xFFFF, hi = (v[1][t >> 1] >> (16 * (t & 1))) & 0xFFFF;
+        uint32_t word;
+        if (as_is) {
+          word = lo | (hi << 16);
+        } else {
+          const __half2 h = __floats2half2_rn(to_f<T>(lo) * down, to_f<T>(hi) * down);
+          word = *reinterpret_cast<const uint32_t*>(&h);
+        }
+        const int r = r0 + t, c = b * 4 + (r >> 2), p = r & 3;
+        xw[(c * 4 + (p ^ ((c >> 1) & 3))) * 4 + j] = word;
+      }
+      if ((i & 7) == 0) s_up[b] = ldexpf(1.f, e);
+    }
+  }
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+  __syncthreads();
+
+  float acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = 0.f;
+  if (live) {
+    for (int c0 = lane; c0 < CW; c0 += 32 * U) {
+      if (c0 != lane || !a.early) load(c0);
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int c = c0 + 32 * u;
+        if (c >= CW) break;
+        const int sw = (c >> 1) & 3, b = c >> 2;
+        uint4 xp[4];
+#pragma unroll
+        for (int p = 0; p < 4; ++p) xp[p] = xs[c * 4 + (p ^ sw)];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const int rr = warp * R + r;
+          const int g0 = G64 ? 2 * b : b, g1 = G64 ? 2 * b + 1 : b;
+          __half2 zc, zc16;
+          if constexpr (ASYM) {
+            const float z0 = (float)s_z[g0 * RB + rr];
+            const float z1 = G64 ? (float)s_z[min(g1, a.G - 1) * RB + rr] : z0;
+            zc = __floats2half2_rn(1024.f + z0, 1024.f + z1);
+            zc16 = __floats2half2_rn(64.f + z0, 64.f + z1);
+          } else {
+            zc = __float2half2_rn(1032.f);
+            zc16 = __float2half2_rn(72.f);
+          }
+          __half2 s2 = __float2half2_rn(0.f);
+          s2 = dot_word(wv[r][u].x, xp[0], zc, zc16, s2);
+          s2 = dot_word(wv[r][u].y, xp[1], zc, zc16, s2);
+          s2 = dot_word(wv[r][u].z, xp[2], zc, zc16, s2);
+          s2 = dot_word(wv[r][u].w, xp[3], zc, zc16, s2);
+          const float2 f = __half22float2(s2);
+          const float up = s_up[b];
+          const float sc0 = to_f<T>(s_sc[g0 * RB + rr]) * up;
+          if constexpr (G64) {
+            // A last block with only its first 64 columns has no second group: its high halves are padding
+            // (u = 8 against x = 0), and g1 is clamped so the load stays inside the tensor.
+            const float sc1 = to_f<T>(s_sc[min(g1, a.G - 1) * RB + rr]) * up;
+            acc[r] = fmaf(f.y, sc1, fmaf(f.x, sc0, acc[r]));
+          } else {
+            acc[r] = fmaf(f.x + f.y, sc0, acc[r]);
+          }
+        }
+      }
+    }
+  }
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xFFFFFFFFu, acc[r], o);
+    if (lane == 0 && live && row0 + r < a.N) a.out[row0 + r] = from_f<T>(acc[r]);
+  }
+}
+
+// Dynamic shared memory of one CTA of rb rows (the kernel's layout).
+size_t smem_bytes(const Args& a, int rb, bool asym) {
+  return (size_t)a.Kp * 2 + (size_t)up_floats(a.Kp) * 4 + (size_t)a.G * rb * 2 + (asym ? (size_t)a.G * rb : 0);
+}
+
+template <typename T, bool ASYM, bool G64, int WARPS, int R, int U>
+int launch(const Args& a, bool pdl, cudaStream_t stream) {
+  auto kernel = w4cc_kernel<T, ASYM, G64, WARPS, R, U>;
+  const size_t smem = smem_bytes(a, WARPS * R, ASYM);
+  if (smem > 48 * 1024) {
+    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess) return (int)e;
+  }
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((a.N + WARPS * R - 1) / (WARPS * R));
+  cfg.blockDim = dim3(WARPS * 32);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, a);
+  return e != cudaSuccess ? (int)e : (int)cudaGetLastError();
+}
+
+template <int WARPS, int R, int U>
+int by_format(const Args& a, int bf16, int asym, int g64, bool pdl, cudaStream_t st) {
+#define W4CC_T(T)                                                                             \
+  if (asym) return g64 ? launch<T, true, true, WARPS, R, U>(a, pdl, st) : launch<T, true, false, WARPS, R, U>(a, pdl, st); \
+  return g64 ? launch<T, false, true, WARPS, R, U>(a, pdl, st) : launch<T, false, false, WARPS, R, U>(a, pdl, st);
+  if (bf16) { W4CC_T(__nv_bfloat16) }
+  W4CC_T(__half)
+#undef W4CC_T
+}
+
+}  // namespace
+
+extern "C" {
+
+// Launch configs (warps per CTA, rows per warp, 16-byte chunks a row in flight per lane), by index.
+static const int CONFIGS[][3] = {{8, 2, 2}, {8, 1, 4}, {16, 2, 4}, {4, 2, 2}, {8, 2, 4}, {16, 1, 4}};
+int w4cc_num_configs() { return (int)(sizeof(CONFIGS) / sizeof(CONFIGS[0])); }
+int w4cc_config(int i, int field) { return CONFIGS[i][field]; }
+
+// Returns 0, a cudaError_t, or -1 (bad config index), -2 (group not 64/128), -3 (K not a positive multiple of 8),
+// -4 (x or q not 16-byte aligned), -5 (staged x, scales and zeros over the shared memory of a block).
+// x (K,) contiguous; q (N, Kp/8) int32 with Kp = ceil(K / 128) * 128; s (G, N) in x's dtype; z (G, N) uint8 or
+// null; out (N,). flags: bit 0 = programmatic dependent launch, bit 1 (with bit 0) = weights read before the wait.
+int w4cc_gemv(const void* x, int x_is_bf16, const void* q, const void* s, const void* z, void* out, int N, int K,
+              int group, int config, int flags, void* stream_) {
+  if (config < 0 || config >= w4cc_num_configs()) return -1;
+  if (group != 64 && group != 128) return -2;
+  if (K <= 0 || (K & 7)) return -3;
+  if ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(q)) & 15) return -4;
+  Args a;
+  a.x = static_cast<const uint16_t*>(x);
+  a.q = static_cast<const uint4*>(q);
+  a.s = static_cast<const uint16_t*>(s);
+  a.z = static_cast<const uint8_t*>(z);
+  a.out = static_cast<uint16_t*>(out);
+  a.N = N;
+  a.K = K;
+  a.Kp = (K + 127) / 128 * 128;
+  a.G = (K + group - 1) / group;
+  const bool pdl = (flags & 1) != 0;
+  a.early = !pdl || (flags & 2) != 0;  // weights first: always safe in stream order, asked for under PDL
+  cudaStream_t st = static_cast<cudaStream_t>(stream_);
+  const int asym = z != nullptr, g64 = group == 64, bf = x_is_bf16 != 0;
+  if (smem_bytes(a, CONFIGS[config][0] * CONFIGS[config][1], asym) > 227 * 1024) return -5;
+  switch (config) {
+    case 0: return by_format<8, 2, 2>(a, bf, asym, g64, pdl, st);
+    case 1: return by_format<8, 1, 4>(a, bf, asym, g64, pdl, st);
+    case 2: return by_format<16, 2, 4>(a, bf, asym, g64, pdl, st);
+    case 3: return by_format<4, 2, 2>(a, bf, asym, g64, pdl, st);
+    case 4: return by_format<8, 2, 4>(a, bf, asym, g64, pdl, st);
+    default: return by_format<16, 1, 4>(a, bf, asym, g64, pdl, st);
+  }
+}
+
+}  // extern "C"

@@ -1,0 +1,155 @@
+"""CUDA-core W4A16 GEMV for one token (kernels/csrc/w4a16_cc_gemv.cu) over the compress.int4 layout as it is:
+built with nvcc on first use (kernels/cuda_build.py), loaded through ctypes, launched on torch's current stream.
+
+Why beside the tensor-core GEMV (kernels/w4a16_cuda.py): at one token an mma uses one of its 8 columns, and that
+GEMV's frame (one 16-warp CTA an SM, cp.async rings) keeps it above a plain read of the weights on the H200. This one
+keeps each lane's 16-byte weight words in registers, in small CTAs, and sums in fp16 over 16 products at a time with
+x scaled by a power of two per call so nothing overflows (the .cu header has the math and the layout of x in shared
+memory). Measured first by bench/results/h200/kernels_s29/cc_gemv_probe.cu.
+
+Covered: M = 1, K a multiple of 8, group 64 / 128, symmetric and asymmetric, fp16 or bf16 activations with scales of
+the same dtype. `supports` answers without raising; the runtime's PathTable times it against the other int4 paths
+per (shape, M) and keeps the fastest. COMPRESS_W4A16_CC=0 turns it off; COMPRESS_W4A16_CC_CONFIG=i forces a launch
+config (CONFIGS); COMPRESS_W4A16_PDL (kernels/w4a16_cuda.py) picks plain launches, programmatic dependent launch, or
+(the default) the same with the weights read before the previous kernel is done.
+The plain-torch reference of the same math is kernels.w4a16.w4a16_linear_ref.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from pathlib import Path
+
+import torch
+
+from compress.errors import CompressError
+from kernels import cuda_build, w4a16_cuda
+
+SRC = Path(__file__).resolve().parent / "csrc" / "w4a16_cc_gemv.cu"
+# Launch configs, as the .cu's CONFIGS table: (warps per CTA, rows per warp, 16-byte chunks a row in flight per lane).
+CONFIGS = [(8, 2, 2), (8, 1, 4), (16, 2, 4), (4, 2, 2), (8, 2, 4), (16, 1, 4)]
+DEFAULT_CONFIG = 0  # (8, 2, 2): the fastest on 7 of the 12 layer shapes below
+# Measured fastest config per (N, K) where it is not DEFAULT_CONFIG, per GPU (a key the GPU's name holds). H200:
+# session 29, call 6 (bench/results/h200/kernels_s29/cc_ab.py, rotate timing, one process, us of this config against
+# DEFAULT_CONFIG's). No other GPU has been measured: elsewhere DEFAULT_CONFIG serves.
+TUNED_BY_GPU: dict[str, dict[tuple[int, int], int]] = {
+    "H200": {
+        (1024, 4096): 1,   # 8B k/v: 3.06 -> 2.62
+        (1024, 8192): 5,   # 70B k/v: 5.49 -> 4.43
+        (4096, 14336): 5,  # 8B down: 14.29 -> 12.16
+        (4096, 12288): 5,  # Qwen3-8B down: 12.32 -> 10.57
+        (8192, 8192): 2,   # 70B q/o: 12.70 -> 12.56
+        (8192, 28672): 2,  # 70B down: 45.02 -> 37.33
+    },
+}
+_RC = {-1: "bad config index", -2: "group_size not 64/128", -3: "K not a positive multiple of 8",
+       -4: "x or qweight not 16-byte aligned", -5: "staged x over the shared memory of a block"}
+
+
+def enabled() -> bool:
+    return os.environ.get("COMPRESS_W4A16_CC", "1") != "0"
+
+
+def config_for(n: int, k: int, gpu: str | None = None) -> int:
+    """COMPRESS_W4A16_CC_CONFIG if set, else the entry for (N, K) of the GPU named `gpu` (TUNED_BY_GPU), else
+    DEFAULT_CONFIG."""
+    env = os.environ.get("COMPRESS_W4A16_CC_CONFIG")
+    if env is not None:
+        if not env.isdigit() or int(env) >= len(CONFIGS):
+            raise CompressError(f"COMPRESS_W4A16_CC_CONFIG={env!r} is not a config index 0..{len(CONFIGS) - 1}; unset it")
+        return int(env)
+    table = next((t for key, t in TUNED_BY_GPU.items() if gpu and key in gpu), {})
+    return table.get((n, k), DEFAULT_CONFIG)
+
+
+def describe(config: int) -> str:
+    w, r, u = CONFIGS[config]
+    return f"cuda cc gemv w{w}r{r}u{u}"
+
+
+def compile_variant(arch_code: str, name: str = "cc") -> Path:
+    """Build (or find cached) the library; one library holds every config (`name` only for kernel_suites.prebuild)."""
+    return cuda_build.compile_library(SRC, name, [], arch_code, "w4a16 CUDA-core GEMV", "the other int4 paths serve")
+
+
+def _bind(so: ctypes.CDLL) -> None:
+    p, i = ctypes.c_void_p, ctypes.c_int
+    so.w4cc_gemv.restype = i
+    so.w4cc_gemv.argtypes = [p, i, p, p, p, p, i, i, i, i, i, p]
+    so.w4cc_num_configs.restype = i
+
+
+_libraries = cuda_build.Libraries(_bind)
+
+
+def build(device: torch.device) -> ctypes.CDLL:
+    key = (cuda_build.arch(device), "cc")
+    return _libraries.get(key, lambda: compile_variant(key[0]))
+
+
+def _check(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None,
+           group_size: int) -> tuple[int, int]:
+    k = x.shape[-1]
+    m = x.numel() // k if k else 0
+    if m != 1:
+        raise CompressError(f"w4a16_cc_gemv: M={m} tokens; this GEMV takes one token, use kernels.w4a16_cuda.w4a16_gemv")
+    if k % 8:
+        raise CompressError(f"w4a16_cc_gemv: in_features={k} is not a multiple of 8; use kernels.w4a16_cuda.w4a16_gemv")
+    return w4a16_cuda._check(x, qweight, scales, zeros, group_size)  # shapes, dtypes, layout, then the device
+
+
+def supports(x2: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None,
+             group_size: int) -> bool:
+    """True when `w4a16_cc_gemv` can run this call here (the launcher's checks, and a successful build)."""
+    k = x2.shape[-1]
+    if not enabled() or x2.device.type != "cuda" or x2.numel() != k or k % 8:
+        return False
+    try:
+        _check(x2, qweight, scales, zeros, group_size)
+        build(x2.device)
+    except CompressError:
+        return False  # no nvcc or a failed build: the other int4 paths serve (w4a16_cuda says why, once)
+    return True
+
+
+def _launch(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None, group_size: int,
+            config: int | None = None, pdl: int | None = None) -> torch.Tensor:
+    n, k = _check(x, qweight, scales, zeros, group_size)
+    x1 = x.reshape(k).contiguous()
+    if x1.data_ptr() % 16:
+        x1 = x1.clone()
+    out = torch.empty(*x.shape[:-1], n, device=x.device, dtype=x.dtype)
+    config = config_for(n, k, w4a16_cuda.gpu_name(x.device)) if config is None else config
+    pdl = w4a16_cuda.pdl_mode() if pdl is None else int(pdl)
+    rc = build(x.device).w4cc_gemv(
+        x1.data_ptr(), int(x.dtype == torch.bfloat16), qweight.data_ptr(), scales.data_ptr(),
+        None if zeros is None else zeros.data_ptr(), out.data_ptr(), n, k, group_size, config, {0: 0, 1: 1, 2: 3}[pdl],
+        torch.cuda.current_stream(x.device).cuda_stream)
+    if rc != 0:
+        raise CompressError(f"w4a16 CUDA-core GEMV: launch failed with code {rc} ({_RC.get(rc, 'CUDA error')}; N={n}, "
+                            f"K={k}, group {group_size}, config {config})")
+    return out
+
+
+@torch.library.custom_op("compress::w4a16_cc_gemv", mutates_args=())
+def _w4a16_cc_gemv_op(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None,
+                      group_size: int) -> torch.Tensor:
+    return _launch(x, qweight, scales, zeros, group_size)
+
+
+@_w4a16_cc_gemv_op.register_fake
+def _(x, qweight, scales, zeros, group_size):
+    return x.new_empty(*x.shape[:-1], qweight.shape[0])
+
+
+def w4a16_cc_gemv(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None = None,
+                  group_size: int = 128, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """y = x @ W^T (+ bias) for one token, W in the compress.int4 layout.
+
+    x (..., K) fp16/bf16 holding one token, K % 8 == 0; qweight int32 (N, Kp/8); scales (G, N) in x's dtype; zeros
+    uint8 (G, N) or None (symmetric, z = 8). Returns (..., N) in x's dtype.
+    """
+    _check(x, qweight, scales, zeros, group_size)  # here too: the custom op would wrap the error
+    y = torch.ops.compress.w4a16_cc_gemv(x, qweight, scales, zeros, group_size)
+    return y + bias if bias is not None else y
