@@ -10,7 +10,7 @@ memory). Measured first by bench/results/h200/kernels_s29/cc_gemv_probe.cu.
 Covered: M = 1, K a multiple of 8, group 64 / 128, symmetric and asymmetric, fp16 or bf16 activations with scales of
 the same dtype. `supports` answers without raising; the runtime's PathTable times it against the other int4 paths
 per (shape, M) and keeps the fastest. COMPRESS_W4A16_CC=0 turns it off; COMPRESS_W4A16_CC_CONFIG=i forces a launch
-config (CONFIGS); COMPRESS_W4A16_PDL (kernels/w4a16_cuda.py) picks plain launches, programmatic dependent launch, or
+config (CONFIGS), COMPRESS_W4A16_CC_PERSIST=1 / 0 a persistent grid or not; COMPRESS_W4A16_PDL (kernels/w4a16_cuda.py) picks plain launches, programmatic dependent launch, or
 (the default) the same with the weights read before the previous kernel is done.
 The plain-torch reference of the same math is kernels.w4a16.w4a16_linear_ref.
 """
@@ -29,26 +29,35 @@ from kernels import cuda_build, w4a16_cuda
 SRC = Path(__file__).resolve().parent / "csrc" / "w4a16_cc_gemv.cu"
 # Launch configs, as the .cu's CONFIGS table: (warps per CTA, rows per warp, 16-byte chunks a row in flight per lane).
 CONFIGS = [(8, 2, 2), (8, 1, 4), (16, 2, 4), (4, 2, 2), (8, 2, 4), (16, 1, 4)]
-DEFAULT_CONFIG = 0  # (8, 2, 2): the fastest on 7 of the 12 layer shapes below
-# Measured fastest config per (N, K) where it is not DEFAULT_CONFIG, per GPU (a key the GPU's name holds). H200:
-# session 29, call 6 (bench/results/h200/kernels_s29/cc_ab.py, rotate timing, one process, us of this config against
-# DEFAULT_CONFIG's). No other GPU has been measured: elsewhere DEFAULT_CONFIG serves.
-TUNED_BY_GPU: dict[str, dict[tuple[int, int], int]] = {
+DEFAULT_CONFIG = 0  # (8, 2, 2): the fastest on most of the 12 layer shapes below
+# Measured fastest (config, persistent grid) per (N, K) where it is not (DEFAULT_CONFIG, PERSISTENT), per GPU (a key the
+# GPU's name holds). H200: session 29, calls 6 and 8 (bench/results/h200/kernels_s29/cc_ab.py, rotate timing, one
+# process, us of this entry against the default's). No other GPU has been measured: elsewhere the defaults serve.
+TUNED_BY_GPU: dict[str, dict[tuple[int, int], tuple[int, bool]]] = {
     "H200": {
-        (1024, 4096): 1,   # 8B k/v: 3.06 -> 2.62
-        (1024, 8192): 5,   # 70B k/v: 5.49 -> 4.43
-        (4096, 14336): 5,  # 8B down: 14.29 -> 12.16
-        (4096, 12288): 5,  # Qwen3-8B down: 12.32 -> 10.57
-        (8192, 8192): 2,   # 70B q/o: 12.70 -> 12.56
-        (8192, 28672): 2,  # 70B down: 45.02 -> 37.33
+        (1024, 4096): (1, False),    # 8B k/v: 3.06 -> 2.62 (call 6)
+        (1024, 8192): (5, False),    # 70B k/v: 5.49 -> 4.43 (call 6)
+        (4096, 14336): (5, False),   # 8B down: 14.29 -> 12.16 (call 6)
+        (4096, 12288): (5, False),   # Qwen3-8B down: 12.32 -> 10.57 (call 6)
+        (8192, 8192): (2, False),    # 70B q/o: 12.70 -> 12.56 (call 6)
+        (8192, 28672): (2, False),   # 70B down: 45.02 -> 37.33 (call 6)
+        (28672, 8192): (0, True),    # 70B gate/up: 39.15 -> 35.71 (call 8)
+        (28672, 4096): (0, True),    # 8B fused gate_up: 21.27 -> 19.15 (call 8)
+        (24576, 4096): (0, True),    # Qwen3-8B fused gate_up: 18.09 -> 16.78 (call 8)
     },
 }
+PERSISTENT = False  # one CTA per row group; a persistent grid won only on the widest layers (call 8)
 _RC = {-1: "bad config index", -2: "group_size not 64/128", -3: "K not a positive multiple of 8",
        -4: "x or qweight not 16-byte aligned", -5: "staged x over the shared memory of a block"}
 
 
 def enabled() -> bool:
     return os.environ.get("COMPRESS_W4A16_CC", "1") != "0"
+
+
+def _tuned(n: int, k: int, gpu: str | None) -> tuple[int, bool] | None:
+    table = next((t for key, t in TUNED_BY_GPU.items() if gpu and key in gpu), {})
+    return table.get((n, k))
 
 
 def config_for(n: int, k: int, gpu: str | None = None) -> int:
@@ -59,13 +68,13 @@ def config_for(n: int, k: int, gpu: str | None = None) -> int:
         if not env.isdigit() or int(env) >= len(CONFIGS):
             raise CompressError(f"COMPRESS_W4A16_CC_CONFIG={env!r} is not a config index 0..{len(CONFIGS) - 1}; unset it")
         return int(env)
-    table = next((t for key, t in TUNED_BY_GPU.items() if gpu and key in gpu), {})
-    return table.get((n, k), DEFAULT_CONFIG)
+    got = _tuned(n, k, gpu)
+    return DEFAULT_CONFIG if got is None else got[0]
 
 
-def describe(config: int) -> str:
+def describe(config: int, persist: bool = False) -> str:
     w, r, u = CONFIGS[config]
-    return f"cuda cc gemv w{w}r{r}u{u}"
+    return f"cuda cc gemv w{w}r{r}u{u}" + (" persistent" if persist else "")
 
 
 def compile_variant(arch_code: str, name: str = "cc") -> Path:
@@ -113,18 +122,33 @@ def supports(x2: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zero
     return True
 
 
+def persistent(n: int | None = None, k: int | None = None, gpu: str | None = None) -> bool:
+    """COMPRESS_W4A16_CC_PERSIST=1 / 0: a persistent grid (as many CTAs as fit at once, each staging x once for several
+    row groups) / one CTA per row group; unset: the entry for (N, K) of the GPU named `gpu`, else PERSISTENT."""
+    v = os.environ.get("COMPRESS_W4A16_CC_PERSIST")
+    if v is None:
+        got = _tuned(n, k, gpu) if n is not None else None
+        return PERSISTENT if got is None else got[1]
+    if v not in ("0", "1"):
+        raise CompressError(f"COMPRESS_W4A16_CC_PERSIST={v!r} is not 0 or 1; unset it or pick one")
+    return v == "1"
+
+
 def _launch(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None, group_size: int,
-            config: int | None = None, pdl: int | None = None) -> torch.Tensor:
+            config: int | None = None, pdl: int | None = None, persist: bool | None = None) -> torch.Tensor:
     n, k = _check(x, qweight, scales, zeros, group_size)
     x1 = x.reshape(k).contiguous()
     if x1.data_ptr() % 16:
         x1 = x1.clone()
     out = torch.empty(*x.shape[:-1], n, device=x.device, dtype=x.dtype)
-    config = config_for(n, k, w4a16_cuda.gpu_name(x.device)) if config is None else config
+    gpu = w4a16_cuda.gpu_name(x.device)
+    config = config_for(n, k, gpu) if config is None else config
     pdl = w4a16_cuda.pdl_mode() if pdl is None else int(pdl)
+    persist = persistent(n, k, gpu) if persist is None else persist
     rc = build(x.device).w4cc_gemv(
         x1.data_ptr(), int(x.dtype == torch.bfloat16), qweight.data_ptr(), scales.data_ptr(),
-        None if zeros is None else zeros.data_ptr(), out.data_ptr(), n, k, group_size, config, {0: 0, 1: 1, 2: 3}[pdl],
+        None if zeros is None else zeros.data_ptr(), out.data_ptr(), n, k, group_size, config,
+        {0: 0, 1: 1, 2: 3}[pdl] | (4 if persist else 0),
         torch.cuda.current_stream(x.device).cuda_stream)
     if rc != 0:
         raise CompressError(f"w4a16 CUDA-core GEMV: launch failed with code {rc} ({_RC.get(rc, 'CUDA error')}; N={n}, "

@@ -42,6 +42,14 @@ def test_launcher_errors_name_the_value_and_the_fix():
     assert not w4a16_cc.supports(torch.randn(1, 256).half(), p["qweight"], p["scales"], None, 128)
 
 
+def test_persistent_override_is_checked(monkeypatch):
+    monkeypatch.setenv("COMPRESS_W4A16_CC_PERSIST", "yes")
+    with pytest.raises(CompressError, match=r"COMPRESS_W4A16_CC_PERSIST='yes' is not 0 or 1"):
+        w4a16_cc.persistent()
+    monkeypatch.setenv("COMPRESS_W4A16_CC_PERSIST", "1")
+    assert w4a16_cc.persistent() is True
+
+
 def test_config_override_is_checked(monkeypatch):
     monkeypatch.setenv("COMPRESS_W4A16_CC_CONFIG", "99")
     with pytest.raises(CompressError, match=r"COMPRESS_W4A16_CC_CONFIG='99' is not a config index 0\.\.5"):
@@ -52,6 +60,8 @@ def test_config_override_is_checked(monkeypatch):
     assert w4a16_cc.config_for(1024, 4096, "NVIDIA H200") == 1  # measured there
     assert w4a16_cc.config_for(1024, 4096, "NVIDIA H100 80GB HBM3") == w4a16_cc.DEFAULT_CONFIG  # not measured there
     assert w4a16_cc.config_for(4096, 4096, "NVIDIA H200") == w4a16_cc.DEFAULT_CONFIG
+    assert w4a16_cc.persistent(28672, 8192, "NVIDIA H200") is True  # measured there
+    assert w4a16_cc.persistent(28672, 8192, "NVIDIA H100 80GB HBM3") is w4a16_cc.PERSISTENT
 
 
 def test_configs_match_the_cuda_table():
@@ -90,11 +100,12 @@ def test_every_config_matches_reference_and_repeats_its_bytes(dtype, gs, sym, n,
     x = torch.randn(1, k, device="cuda", generator=torch.Generator("cuda").manual_seed(k)).to(dtype)
     want = w4a16_linear_ref(x, p["qweight"], p["scales"], p["zeros"], gs)
     for c in range(len(w4a16_cc.CONFIGS)):
-        for pdl in (0, 2):
-            out = w4a16_cc._launch(x, p["qweight"], p["scales"], p["zeros"], gs, config=c, pdl=pdl)
+        for pdl, persist in ((0, False), (2, False), (2, True)):
+            out = w4a16_cc._launch(x, p["qweight"], p["scales"], p["zeros"], gs, config=c, pdl=pdl, persist=persist)
             assert out.shape == (1, n) and out.dtype == dtype
-            assert rel_err(out, want) < TOL[dtype], f"config {c} pdl {pdl}"
-            assert torch.equal(out, w4a16_cc._launch(x, p["qweight"], p["scales"], p["zeros"], gs, config=c, pdl=pdl))
+            assert rel_err(out, want) < TOL[dtype], f"config {c} pdl {pdl} persistent {persist}"
+            again = w4a16_cc._launch(x, p["qweight"], p["scales"], p["zeros"], gs, config=c, pdl=pdl, persist=persist)
+            assert torch.equal(out, again)
 
 
 @gpu

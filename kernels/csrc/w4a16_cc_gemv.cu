@@ -28,6 +28,10 @@
 //
 // Work: CTA = WARPS warps, warp = R consecutive rows; lane l takes chunks l, l + 32, ... of its rows, U chunks a row
 // in flight. The first U chunks of each row are requested before x is staged (plain launches; under PDL with bit 1).
+// Persistent grid (flags bit 2): as many CTAs as fit at once, each staging x once and then taking row groups c,
+// c + grid, ..., the next group's first chunks requested before this group's outputs are written. It saves the
+// restaging of x where there are many row groups (70B gate/up on the H200: 39.2 -> 35.7 us) and is even or slower
+// elsewhere (session 29, call 8).
 // Programmatic dependent launch (flags bit 0): launch and setup overlap the previous kernel's tail and the kernel
 // waits (griddepcontrol.wait) before reading x; with bit 1 its first weight loads come before the wait (the weights
 // must not be written by the kernel right before it, true of a model's weights). It lets the next kernel start once
@@ -49,6 +53,7 @@ struct Args {
   uint16_t* out;       // (N,)
   int N, K, Kp, G;
   int early;  // issue the first weight loads before griddepcontrol.wait and the staging of x
+  int n_rg;   // row groups of RB rows; CTA c takes c, c + gridDim.x, ... (one each unless the grid is persistent)
 };
 
 __host__ __device__ constexpr int up_floats(int Kp) { return (Kp / 128 + 3) / 4 * 4; }  // 2^e_b slots, 16-byte padded
@@ -106,8 +111,9 @@ __global__ void __launch_bounds__(WARPS * 32, (min_ctas<WARPS, R, U>())) w4cc_ke
   uint8_t* s_z = reinterpret_cast<uint8_t*>(s_sc + a.G * RB);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int CW = a.Kp / 32;  // chunks per row
-  const int row0 = (blockIdx.x * WARPS + warp) * R;
-  const bool live = row0 < a.N;
+  int rg = blockIdx.x;           // this CTA's row group
+  int row0 = rg * RB + warp * R;  // this warp's first row
+  bool live = row0 < a.N;
 
   uint4 wv[R][U];
   auto load = [&](int c0) {
@@ -130,28 +136,30 @@ __global__ void __launch_bounds__(WARPS * 32, (min_ctas<WARPS, R, U>())) w4cc_ke
   // L1 little room at large K (session 29, call 4: 70B down 41.6 us against the probe's 32.3). Copied by cp.async
   // (16 bytes = 8 rows of scales, 8 bytes = 8 rows of zeros; past N zero-filled) so the copy overlaps x's staging;
   // with N % 8 != 0 the rows of a group are not 16-byte aligned, and one value a thread is copied instead.
-  const int n0 = blockIdx.x * RB;
-  if (a.N % 8 == 0) {
-    for (int t = threadIdx.x; t < a.G * (RB / 8); t += WARPS * 32) {
-      const int g = t / (RB / 8), n = n0 + (t % (RB / 8)) * 8;
-      const int bytes = n < a.N ? 16 : 0;  // N % 8 == 0: 8 rows are all in or all out
-      const uint16_t* src = bytes ? a.s + (size_t)g * a.N + n : a.s;
-      asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(s_sc + g * RB + n - n0)), "l"(src),
-                   "r"(bytes));
-      if constexpr (ASYM) {
-        const uint8_t* zsrc = bytes ? a.z + (size_t)g * a.N + n : a.z;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(smem_u32(s_z + g * RB + n - n0)),
-                     "l"(zsrc), "r"(bytes / 2));
+  auto stage_scales = [&](int n0) {
+    if (a.N % 8 == 0) {
+      for (int t = threadIdx.x; t < a.G * (RB / 8); t += WARPS * 32) {
+        const int g = t / (RB / 8), n = n0 + (t % (RB / 8)) * 8;
+        const int bytes = n < a.N ? 16 : 0;  // N % 8 == 0: 8 rows are all in or all out
+        const uint16_t* src = bytes ? a.s + (size_t)g * a.N + n : a.s;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(s_sc + g * RB + n - n0)),
+                     "l"(src), "r"(bytes));
+        if constexpr (ASYM) {
+          const uint8_t* zsrc = bytes ? a.z + (size_t)g * a.N + n : a.z;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(smem_u32(s_z + g * RB + n - n0)),
+                       "l"(zsrc), "r"(bytes / 2));
+        }
+      }
+      asm volatile("cp.async.commit_group;\n" ::: "memory");
+    } else {
+      for (int t = threadIdx.x; t < a.G * RB; t += WARPS * 32) {
+        const int g = t / RB, rr = t - g * RB, n = min(n0 + rr, a.N - 1);
+        s_sc[t] = __ldg(a.s + (size_t)g * a.N + n);
+        if constexpr (ASYM) s_z[t] = __ldg(a.z + (size_t)g * a.N + n);
       }
     }
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-  } else {
-    for (int t = threadIdx.x; t < a.G * RB; t += WARPS * 32) {
-      const int g = t / RB, rr = t - g * RB, n = min(n0 + rr, a.N - 1);
-      s_sc[t] = __ldg(a.s + (size_t)g * a.N + n);
-      if constexpr (ASYM) s_z[t] = __ldg(a.z + (size_t)g * a.N + n);
-    }
-  }
+  };
+  stage_scales(rg * RB);
   // Stage x in one pass. Thread i takes k = 128b + o .. +7 and the same 8 positions + 64 (o < 64), i.e. 8 whole
   // half2 pairs (x[k], x[k + 64]); the 8 threads of block b agree on its exponent e_b by shuffles (max |x| * 2^-e_b
   // <= 128) and store x * 2^-e_b; s_up[b] = 2^e_b goes back in with the scales.
@@ -203,62 +211,82 @@ __global__ void __launch_bounds__(WARPS * 32, (min_ctas<WARPS, R, U>())) w4cc_ke
   asm volatile("cp.async.wait_all;\n" ::: "memory");
   __syncthreads();
 
-  float acc[R];
+  // Row groups: compute one, request the next one's first words, write this one's outputs, restage the scales.
+  bool have_first = a.early;  // the first U chunks of each row are already in wv
+  for (;;) {
+    float acc[R];
 #pragma unroll
-  for (int r = 0; r < R; ++r) acc[r] = 0.f;
-  if (live) {
-    for (int c0 = lane; c0 < CW; c0 += 32 * U) {
-      if (c0 != lane || !a.early) load(c0);
+    for (int r = 0; r < R; ++r) acc[r] = 0.f;
+    if (live) {
+      for (int c0 = lane; c0 < CW; c0 += 32 * U) {
+        if (c0 != lane || !have_first) load(c0);
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int c = c0 + 32 * u;
-        if (c >= CW) break;
-        const int sw = (c >> 1) & 3, b = c >> 2;
-        uint4 xp[4];
+        for (int u = 0; u < U; ++u) {
+          const int c = c0 + 32 * u;
+          if (c >= CW) break;
+          const int sw = (c >> 1) & 3, b = c >> 2;
+          uint4 xp[4];
 #pragma unroll
-        for (int p = 0; p < 4; ++p) xp[p] = xs[c * 4 + (p ^ sw)];
+          for (int p = 0; p < 4; ++p) xp[p] = xs[c * 4 + (p ^ sw)];
 #pragma unroll
-        for (int r = 0; r < R; ++r) {
-          const int rr = warp * R + r;
-          const int g0 = G64 ? 2 * b : b, g1 = G64 ? 2 * b + 1 : b;
-          __half2 zc, zc16;
-          if constexpr (ASYM) {
-            const float z0 = (float)s_z[g0 * RB + rr];
-            const float z1 = G64 ? (float)s_z[min(g1, a.G - 1) * RB + rr] : z0;
-            zc = __floats2half2_rn(1024.f + z0, 1024.f + z1);
-            zc16 = __floats2half2_rn(64.f + z0, 64.f + z1);
-          } else {
-            zc = __float2half2_rn(1032.f);
-            zc16 = __float2half2_rn(72.f);
-          }
-          __half2 s2 = __float2half2_rn(0.f);
-          s2 = dot_word(wv[r][u].x, xp[0], zc, zc16, s2);
-          s2 = dot_word(wv[r][u].y, xp[1], zc, zc16, s2);
-          s2 = dot_word(wv[r][u].z, xp[2], zc, zc16, s2);
-          s2 = dot_word(wv[r][u].w, xp[3], zc, zc16, s2);
-          const float2 f = __half22float2(s2);
-          const float up = s_up[b];
-          const float sc0 = to_f<T>(s_sc[g0 * RB + rr]) * up;
-          if constexpr (G64) {
-            // A last block with only its first 64 columns has no second group: its high halves are padding
-            // (u = 8 against x = 0), and g1 is clamped so the load stays inside the tensor.
-            const float sc1 = to_f<T>(s_sc[min(g1, a.G - 1) * RB + rr]) * up;
-            acc[r] = fmaf(f.y, sc1, fmaf(f.x, sc0, acc[r]));
-          } else {
-            acc[r] = fmaf(f.x + f.y, sc0, acc[r]);
+          for (int r = 0; r < R; ++r) {
+            const int rr = warp * R + r;
+            const int g0 = G64 ? 2 * b : b, g1 = G64 ? 2 * b + 1 : b;
+            __half2 zc, zc16;
+            if constexpr (ASYM) {
+              const float z0 = (float)s_z[g0 * RB + rr];
+              const float z1 = G64 ? (float)s_z[min(g1, a.G - 1) * RB + rr] : z0;
+              zc = __floats2half2_rn(1024.f + z0, 1024.f + z1);
+              zc16 = __floats2half2_rn(64.f + z0, 64.f + z1);
+            } else {
+              zc = __float2half2_rn(1032.f);
+              zc16 = __float2half2_rn(72.f);
+            }
+            __half2 s2 = __float2half2_rn(0.f);
+            s2 = dot_word(wv[r][u].x, xp[0], zc, zc16, s2);
+            s2 = dot_word(wv[r][u].y, xp[1], zc, zc16, s2);
+            s2 = dot_word(wv[r][u].z, xp[2], zc, zc16, s2);
+            s2 = dot_word(wv[r][u].w, xp[3], zc, zc16, s2);
+            const float2 f = __half22float2(s2);
+            const float up = s_up[b];
+            const float sc0 = to_f<T>(s_sc[g0 * RB + rr]) * up;
+            if constexpr (G64) {
+              // A last block with only its first 64 columns has no second group: its high halves are padding
+              // (u = 8 against x = 0), and g1 is clamped so the load stays inside the tensor.
+              const float sc1 = to_f<T>(s_sc[min(g1, a.G - 1) * RB + rr]) * up;
+              acc[r] = fmaf(f.y, sc1, fmaf(f.x, sc0, acc[r]));
+            } else {
+              acc[r] = fmaf(f.x + f.y, sc0, acc[r]);
+            }
           }
         }
       }
     }
-  }
+    const int done_row0 = row0;
+    const bool done_live = live;
+    const int next = rg + gridDim.x;
+    if (next < a.n_rg) {  // persistent grid: the next group's first loads overlap this group's epilogue
+      row0 = next * RB + warp * R;
+      live = row0 < a.N;
+      load(lane);
+      have_first = true;
+    } else {
 #if __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+      asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+    }
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
+    for (int r = 0; r < R; ++r) {
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xFFFFFFFFu, acc[r], o);
-    if (lane == 0 && live && row0 + r < a.N) a.out[row0 + r] = from_f<T>(acc[r]);
+      for (int o = 16; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xFFFFFFFFu, acc[r], o);
+      if (lane == 0 && done_live && done_row0 + r < a.N) a.out[done_row0 + r] = from_f<T>(acc[r]);
+    }
+    if (next >= a.n_rg) break;
+    __syncthreads();  // every warp is done with this group's scales
+    rg = next;
+    stage_scales(rg * RB);
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    __syncthreads();
   }
 }
 
@@ -268,15 +296,25 @@ size_t smem_bytes(const Args& a, int rb, bool asym) {
 }
 
 template <typename T, bool ASYM, bool G64, int WARPS, int R, int U>
-int launch(const Args& a, bool pdl, cudaStream_t stream) {
+int launch(Args a, bool pdl, bool persist, cudaStream_t stream) {
   auto kernel = w4cc_kernel<T, ASYM, G64, WARPS, R, U>;
   const size_t smem = smem_bytes(a, WARPS * R, ASYM);
   if (smem > 48 * 1024) {
     const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return (int)e;
   }
+  a.n_rg = (a.N + WARPS * R - 1) / (WARPS * R);
+  int grid = a.n_rg;
+  if (persist) {  // as many CTAs as fit at once (the occupancy calculator), each taking several row groups
+    int dev = 0, sms = 0, per_sm = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, WARPS * 32, smem);
+    if (e != cudaSuccess) return (int)e;
+    grid = max(1, min(grid, sms * max(1, per_sm)));
+  }
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((a.N + WARPS * R - 1) / (WARPS * R));
+  cfg.gridDim = dim3(grid);
   cfg.blockDim = dim3(WARPS * 32);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
@@ -290,10 +328,10 @@ int launch(const Args& a, bool pdl, cudaStream_t stream) {
 }
 
 template <int WARPS, int R, int U>
-int by_format(const Args& a, int bf16, int asym, int g64, bool pdl, cudaStream_t st) {
-#define W4CC_T(T)                                                                             \
-  if (asym) return g64 ? launch<T, true, true, WARPS, R, U>(a, pdl, st) : launch<T, true, false, WARPS, R, U>(a, pdl, st); \
-  return g64 ? launch<T, false, true, WARPS, R, U>(a, pdl, st) : launch<T, false, false, WARPS, R, U>(a, pdl, st);
+int by_format(const Args& a, int bf16, int asym, int g64, bool pdl, bool ps, cudaStream_t st) {
+#define W4CC_T(T)                                                                                                  \
+  if (asym) return g64 ? launch<T, true, true, WARPS, R, U>(a, pdl, ps, st) : launch<T, true, false, WARPS, R, U>(a, pdl, ps, st); \
+  return g64 ? launch<T, false, true, WARPS, R, U>(a, pdl, ps, st) : launch<T, false, false, WARPS, R, U>(a, pdl, ps, st);
   if (bf16) { W4CC_T(__nv_bfloat16) }
   W4CC_T(__half)
 #undef W4CC_T
@@ -311,7 +349,8 @@ int w4cc_config(int i, int field) { return CONFIGS[i][field]; }
 // Returns 0, a cudaError_t, or -1 (bad config index), -2 (group not 64/128), -3 (K not a positive multiple of 8),
 // -4 (x or q not 16-byte aligned), -5 (staged x, scales and zeros over the shared memory of a block).
 // x (K,) contiguous; q (N, Kp/8) int32 with Kp = ceil(K / 128) * 128; s (G, N) in x's dtype; z (G, N) uint8 or
-// null; out (N,). flags: bit 0 = programmatic dependent launch, bit 1 (with bit 0) = weights read before the wait.
+// null; out (N,). flags: bit 0 = programmatic dependent launch, bit 1 (with bit 0) = weights read before the wait,
+// bit 2 = persistent grid (as many CTAs as fit at once, each staging x once for several row groups).
 int w4cc_gemv(const void* x, int x_is_bf16, const void* q, const void* s, const void* z, void* out, int N, int K,
               int group, int config, int flags, void* stream_) {
   if (config < 0 || config >= w4cc_num_configs()) return -1;
@@ -328,18 +367,18 @@ int w4cc_gemv(const void* x, int x_is_bf16, const void* q, const void* s, const 
   a.K = K;
   a.Kp = (K + 127) / 128 * 128;
   a.G = (K + group - 1) / group;
-  const bool pdl = (flags & 1) != 0;
+  const bool pdl = (flags & 1) != 0, ps = (flags & 4) != 0;
   a.early = !pdl || (flags & 2) != 0;  // weights first: always safe in stream order, asked for under PDL
   cudaStream_t st = static_cast<cudaStream_t>(stream_);
   const int asym = z != nullptr, g64 = group == 64, bf = x_is_bf16 != 0;
   if (smem_bytes(a, CONFIGS[config][0] * CONFIGS[config][1], asym) > 227 * 1024) return -5;
   switch (config) {
-    case 0: return by_format<8, 2, 2>(a, bf, asym, g64, pdl, st);
-    case 1: return by_format<8, 1, 4>(a, bf, asym, g64, pdl, st);
-    case 2: return by_format<16, 2, 4>(a, bf, asym, g64, pdl, st);
-    case 3: return by_format<4, 2, 2>(a, bf, asym, g64, pdl, st);
-    case 4: return by_format<8, 2, 4>(a, bf, asym, g64, pdl, st);
-    default: return by_format<16, 1, 4>(a, bf, asym, g64, pdl, st);
+    case 0: return by_format<8, 2, 2>(a, bf, asym, g64, pdl, ps, st);
+    case 1: return by_format<8, 1, 4>(a, bf, asym, g64, pdl, ps, st);
+    case 2: return by_format<16, 2, 4>(a, bf, asym, g64, pdl, ps, st);
+    case 3: return by_format<4, 2, 2>(a, bf, asym, g64, pdl, ps, st);
+    case 4: return by_format<8, 2, 4>(a, bf, asym, g64, pdl, ps, st);
+    default: return by_format<16, 1, 4>(a, bf, asym, g64, pdl, ps, st);
   }
 }
 
