@@ -70,6 +70,20 @@ def make_int4(n: int, k: int, group_size: int, symmetric: bool, dtype: torch.dty
     return {"qweight": pack_int4(q["u"]), "scales": q["scales"], "zeros": q.get("zeros")}
 
 
+def int4_runtime_layer(n: int, k: int, symmetric: bool, device, seed: int = 0, group_size: int = 128):
+    """compress.runtime's Int4Linear (fp16, no bias) on its kernel backend over a `make_int4` layer: what the runtime's
+    path choice (`kernel_paths`, PathTable) is tested on."""
+    from compress.runtime.formats_compress import Int4Linear
+    from compress.runtime.spec import LayerSpec
+
+    p = make_int4(n, k, group_size, symmetric, torch.float16, device, seed=seed)
+    spec = LayerSpec(name="l", format="compress.int4", in_features=k, out_features=n)
+    mod = Int4Linear(spec, torch.float16, p["qweight"], p["scales"], p["zeros"], group_size)
+    mod.register_buffer("bias", None)
+    mod.use_kernel()
+    return mod
+
+
 def make_w8a8(n: int, k: int, device, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     from kernels.w8a8 import quantize_weight_per_channel
 

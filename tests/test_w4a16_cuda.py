@@ -7,7 +7,7 @@ import torch
 from compress.errors import CompressError
 from compress.packing.int4 import padded_k
 from kernels import w4a16_cuda
-from kernels.cases import make_int4
+from kernels.cases import int4_runtime_layer, make_int4
 from kernels.w4a16 import w4a16_linear_ref
 
 CUDA = torch.cuda.is_available()
@@ -223,16 +223,10 @@ def test_leading_dims_bias_and_empty():
 
 @gpu
 def test_runtime_offers_and_measures_the_cuda_path():
-    from compress.runtime.formats_compress import Int4Linear
     from compress.runtime.paths import PathTable
-    from compress.runtime.spec import LayerSpec
 
     n, k = 1024, 4096
-    p = layer(n, k, 128, False, torch.float16, seed=6)
-    spec = LayerSpec(name="l", format="compress.int4", in_features=k, out_features=n)
-    mod = Int4Linear(spec, torch.float16, p["qweight"], p["scales"], p["zeros"], 128)
-    mod.register_buffer("bias", None)
-    mod.use_kernel()
+    mod = int4_runtime_layer(n, k, False, "cuda", seed=6)
     x = torch.randn(4, k, device="cuda").half()
     paths = dict(mod.kernel_paths(x))
     assert "cuda_gemv" in paths
