@@ -93,6 +93,12 @@ def compile_library(src: Path, name: str, flags: list[str], arch_code: str, what
     return lib
 
 
+def gpu_key(tables, gpu: str | None) -> str | None:
+    """The first key of a per-GPU table (`tables`: GPU key -> entries) that the GPU's name holds ("H200" in "NVIDIA
+    H200"), else None: how the kernels' measured config tables are looked up by torch.cuda.get_device_name."""
+    return next((key for key in tables if gpu and key in gpu), None)
+
+
 def compile_parallel(builds: list[Callable[[], object]]) -> list[tuple[int, CompressError]]:
     """Run several library builds (calls of a module's `compile_variant`) at once, in parallel nvcc processes: one per
     core at most (nvcc is CPU-bound and each process takes hundreds of MB). Returns (index, error) of each build that

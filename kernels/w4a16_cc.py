@@ -56,8 +56,8 @@ def enabled() -> bool:
 
 
 def _tuned(n: int, k: int, gpu: str | None) -> tuple[int, bool] | None:
-    table = next((t for key, t in TUNED_BY_GPU.items() if gpu and key in gpu), {})
-    return table.get((n, k))
+    key = cuda_build.gpu_key(TUNED_BY_GPU, gpu)
+    return None if key is None else TUNED_BY_GPU[key].get((n, k))
 
 
 def config_for(n: int, k: int, gpu: str | None = None) -> int:
@@ -134,6 +134,17 @@ def persistent(n: int | None = None, k: int | None = None, gpu: str | None = Non
     return v == "1"
 
 
+def plan(n: int, k: int, device: torch.device) -> tuple[int, bool]:
+    """(config, persistent grid) served for an (N, K) layer on `device`: `config_for` and `persistent` on its GPU."""
+    gpu = w4a16_cuda.gpu_name(device)
+    return config_for(n, k, gpu), persistent(n, k, gpu)
+
+
+def planned(n: int, k: int, device: torch.device) -> str:
+    """The served launch as text, for benchmark tables."""
+    return describe(*plan(n, k, device))
+
+
 def _launch(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None, group_size: int,
             config: int | None = None, pdl: int | None = None, persist: bool | None = None) -> torch.Tensor:
     n, k = _check(x, qweight, scales, zeros, group_size)
@@ -141,10 +152,10 @@ def _launch(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros:
     if x1.data_ptr() % 16:
         x1 = x1.clone()
     out = torch.empty(*x.shape[:-1], n, device=x.device, dtype=x.dtype)
-    gpu = w4a16_cuda.gpu_name(x.device)
-    config = config_for(n, k, gpu) if config is None else config
+    served_config, served_persist = plan(n, k, x.device)
+    config = served_config if config is None else config
     pdl = w4a16_cuda.pdl_mode() if pdl is None else int(pdl)
-    persist = persistent(n, k, gpu) if persist is None else persist
+    persist = served_persist if persist is None else persist
     rc = build(x.device).w4cc_gemv(
         x1.data_ptr(), int(x.dtype == torch.bfloat16), qweight.data_ptr(), scales.data_ptr(),
         None if zeros is None else zeros.data_ptr(), out.data_ptr(), n, k, group_size, config,

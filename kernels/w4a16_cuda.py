@@ -268,7 +268,7 @@ def gpu_name(device: torch.device | None) -> str | None:
 
 def _gpu_key(gpu: str | None) -> str | None:
     """The first TUNED_BY_GPU key that the GPU name holds ("H200" in "NVIDIA H200"), else None."""
-    return next((key for key in TUNED_BY_GPU if gpu and key in gpu), None)
+    return cuda_build.gpu_key(TUNED_BY_GPU, gpu)
 
 
 def gpu_table(gpu: str | None) -> dict[tuple[int, int], dict[int, tuple[str, float, bool, bool]]]:

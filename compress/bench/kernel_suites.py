@@ -272,8 +272,7 @@ def _ours_w4a16(x, p, gs: int, ref: torch.Tensor | None, method: str = DEFAULT_M
     won = min((k for k in timed if timed[k] is not None), key=lambda k: timed[k])
     path = {"triton": lambda: _path(_config(x.shape[0], n, x.shape[-1])),
             "cuda": lambda: w4a16_cuda.planned(n, x.shape[-1], x.shape[0]),
-            "cc": lambda: w4a16_cc.describe(w4a16_cc.config_for(n, x.shape[-1], w4a16_cuda.gpu_name(x.device)),
-                                            w4a16_cc.persistent(n, x.shape[-1], w4a16_cuda.gpu_name(x.device)))}[won]()
+            "cc": lambda: w4a16_cc.planned(n, x.shape[-1], x.device)}[won]()
     return {"ours": timed[won], "triton_ms": tri, "cuda_gemv_ms": cuda, "cc_gemv_ms": cc,
             "rel_err": max(errs) if errs else None, "path": path}
 
