@@ -337,13 +337,24 @@ int by_format(const Args& a, int bf16, int asym, int g64, bool pdl, bool ps, cud
 #undef W4CC_T
 }
 
+// Launch configs (warps per CTA, rows per warp, 16-byte chunks a row in flight per lane), by index.
+constexpr int CONFIGS[][3] = {{8, 2, 2}, {8, 1, 4}, {16, 2, 4}, {4, 2, 2}, {8, 2, 4}, {16, 1, 4}};
+constexpr int NUM_CONFIGS = sizeof(CONFIGS) / sizeof(CONFIGS[0]);
+
+// Config i (checked by the caller) as the kernel template of its CONFIGS row: each config is written once, there.
+template <int I = 0>
+int by_config(int i, const Args& a, int bf16, int asym, int g64, bool pdl, bool ps, cudaStream_t st) {
+  if constexpr (I + 1 < NUM_CONFIGS) {
+    if (i != I) return by_config<I + 1>(i, a, bf16, asym, g64, pdl, ps, st);
+  }
+  return by_format<CONFIGS[I][0], CONFIGS[I][1], CONFIGS[I][2]>(a, bf16, asym, g64, pdl, ps, st);
+}
+
 }  // namespace
 
 extern "C" {
 
-// Launch configs (warps per CTA, rows per warp, 16-byte chunks a row in flight per lane), by index.
-static const int CONFIGS[][3] = {{8, 2, 2}, {8, 1, 4}, {16, 2, 4}, {4, 2, 2}, {8, 2, 4}, {16, 1, 4}};
-int w4cc_num_configs() { return (int)(sizeof(CONFIGS) / sizeof(CONFIGS[0])); }
+int w4cc_num_configs() { return NUM_CONFIGS; }
 int w4cc_config(int i, int field) { return CONFIGS[i][field]; }
 
 // Returns 0, a cudaError_t, or -1 (bad config index), -2 (group not 64/128), -3 (K not a positive multiple of 8),
@@ -353,7 +364,7 @@ int w4cc_config(int i, int field) { return CONFIGS[i][field]; }
 // bit 2 = persistent grid (as many CTAs as fit at once, each staging x once for several row groups).
 int w4cc_gemv(const void* x, int x_is_bf16, const void* q, const void* s, const void* z, void* out, int N, int K,
               int group, int config, int flags, void* stream_) {
-  if (config < 0 || config >= w4cc_num_configs()) return -1;
+  if (config < 0 || config >= NUM_CONFIGS) return -1;
   if (group != 64 && group != 128) return -2;
   if (K <= 0 || (K & 7)) return -3;
   if ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(q)) & 15) return -4;
@@ -372,14 +383,7 @@ int w4cc_gemv(const void* x, int x_is_bf16, const void* q, const void* s, const 
   cudaStream_t st = static_cast<cudaStream_t>(stream_);
   const int asym = z != nullptr, g64 = group == 64, bf = x_is_bf16 != 0;
   if (smem_bytes(a, CONFIGS[config][0] * CONFIGS[config][1], asym) > 227 * 1024) return -5;
-  switch (config) {
-    case 0: return by_format<8, 2, 2>(a, bf, asym, g64, pdl, ps, st);
-    case 1: return by_format<8, 1, 4>(a, bf, asym, g64, pdl, ps, st);
-    case 2: return by_format<16, 2, 4>(a, bf, asym, g64, pdl, ps, st);
-    case 3: return by_format<4, 2, 2>(a, bf, asym, g64, pdl, ps, st);
-    case 4: return by_format<8, 2, 4>(a, bf, asym, g64, pdl, ps, st);
-    default: return by_format<16, 1, 4>(a, bf, asym, g64, pdl, ps, st);
-  }
+  return by_config(config, a, bf, asym, g64, pdl, ps, st);
 }
 
 }  // extern "C"
