@@ -54,15 +54,16 @@ def watched():
     _depth[0] += 1
     try:
         yield
+    except BaseException:
+        if _depth[0] == 1:
+            _pending.clear()  # leaving by an exception (a KeyboardInterrupt that got through, or an error)
+        raise
     finally:
         _depth[0] -= 1
         for sig, handler in old.items():
             signal.signal(sig, handler)
-        if not _depth[0]:
-            swallowed = bool(_pending)
-            _pending.clear()
-    if not _depth[0] and swallowed:
-        raise KeyboardInterrupt
+    if not _depth[0]:
+        check()
 
 
 def check() -> None:
