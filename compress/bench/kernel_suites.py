@@ -251,15 +251,15 @@ def _path(cfg: dict) -> str:
 
 def _ours_w4a16(x, p, gs: int, ref: torch.Tensor | None, method: str = DEFAULT_METHOD) -> dict:
     """Our W4A16 paths on one call: the Triton launcher, the CUDA C++ GEMV where it covers M (<= 64) and built, and at
-    one token the CUDA-core GEMV (kernels/w4a16_cc.py). kernel_ms is the fastest (the runtime's PathTable makes the
-    same choice); rel_err the worst."""
-    from kernels import w4a16_cc, w4a16_cuda
+    one token the CUDA-core GEMV (kernels/w4a16_cc.py) and the warp-specialized GEMV (kernels/w4a16_ws.py). kernel_ms is
+    the fastest (the runtime's PathTable makes the same choice); rel_err the worst."""
+    from kernels import w4a16_cc, w4a16_cuda, w4a16_ws
     from kernels.w4a16 import _config, w4a16_linear
 
     n = p["qweight"].shape[0]
     tri = call_ms(lambda p: w4a16_linear(x, p["qweight"], p["scales"], p["zeros"], gs), p, method)
     errs = [] if ref is None else [_rel_err(w4a16_linear(x, p["qweight"], p["scales"], p["zeros"], gs), ref)]
-    cuda = cc = None
+    cuda = cc = ws = None
     if w4a16_cuda.supports(x, p["qweight"], p["scales"], p["zeros"], gs):
         cuda = call_ms(lambda p: w4a16_cuda.w4a16_gemv(x, p["qweight"], p["scales"], p["zeros"], gs), p, method)
         if ref is not None:
@@ -268,12 +268,17 @@ def _ours_w4a16(x, p, gs: int, ref: torch.Tensor | None, method: str = DEFAULT_M
         cc = call_ms(lambda p: w4a16_cc.w4a16_cc_gemv(x, p["qweight"], p["scales"], p["zeros"], gs), p, method)
         if ref is not None:
             errs.append(_rel_err(w4a16_cc.w4a16_cc_gemv(x, p["qweight"], p["scales"], p["zeros"], gs), ref))
-    timed = {"triton": tri, "cuda": cuda, "cc": cc}
+    if w4a16_ws.supports(x, p["qweight"], p["scales"], p["zeros"], gs):
+        ws = call_ms(lambda p: w4a16_ws.w4a16_ws_gemv(x, p["qweight"], p["scales"], p["zeros"], gs), p, method)
+        if ref is not None:
+            errs.append(_rel_err(w4a16_ws.w4a16_ws_gemv(x, p["qweight"], p["scales"], p["zeros"], gs), ref))
+    timed = {"triton": tri, "cuda": cuda, "cc": cc, "ws": ws}
     won = min((k for k in timed if timed[k] is not None), key=lambda k: timed[k])
     path = {"triton": lambda: _path(_config(x.shape[0], n, x.shape[-1])),
             "cuda": lambda: w4a16_cuda.planned(n, x.shape[-1], x.shape[0]),
-            "cc": lambda: w4a16_cc.planned(n, x.shape[-1], x.device)}[won]()
-    return {"ours": timed[won], "triton_ms": tri, "cuda_gemv_ms": cuda, "cc_gemv_ms": cc,
+            "cc": lambda: w4a16_cc.planned(n, x.shape[-1], x.device),
+            "ws": lambda: w4a16_ws.planned(n, x.shape[-1], x.device)}[won]()
+    return {"ours": timed[won], "triton_ms": tri, "cuda_gemv_ms": cuda, "cc_gemv_ms": cc, "ws_gemv_ms": ws,
             "rel_err": max(errs) if errs else None, "path": path}
 
 
@@ -329,11 +334,12 @@ def run_w4a16(copy_gbs: float, quick: bool, method: str = DEFAULT_METHOD) -> lis
     from compress.packing.int4 import unpack_int4
     from kernels.w4a16 import w4a16_linear_ref
 
-    from kernels import w4a16_cc, w4a16_cuda
+    from kernels import w4a16_cc, w4a16_cuda, w4a16_ws
 
     if w4a16_cuda.enabled():
         _prebuild_suite("w4a16", [("w4a16_cuda", v) for v in w4a16_table_builds(QUICK_M if quick else BENCH_M)]
-                        + ([("w4a16_cc", "cc")] if w4a16_cc.enabled() else []))
+                        + ([("w4a16_cc", "cc")] if w4a16_cc.enabled() else [])
+                        + ([("w4a16_ws", "ws")] if w4a16_ws.enabled() else []))
     rows = []
     gl = _Gemlite(method)
     for name, n, k in LLAMA_SHAPES:
@@ -361,7 +367,8 @@ def run_w4a16(copy_gbs: float, quick: bool, method: str = DEFAULT_METHOD) -> lis
             gl_ms, gl_err = gl.time(glin, x, want)
             _emit(rows, _row(name, n, k, m, o["ours"], ref, wbytes + 2 * m * (k + n), copy_gbs, rel_err=o["rel_err"],
                              tinygemm_ms=peer, gemlite_ms=gl_ms, gemlite_rel_err=gl_err, triton_ms=o["triton_ms"],
-                             cuda_gemv_ms=o["cuda_gemv_ms"], cc_gemv_ms=o["cc_gemv_ms"], path=o["path"]))
+                             cuda_gemv_ms=o["cuda_gemv_ms"], cc_gemv_ms=o["cc_gemv_ms"], ws_gemv_ms=o["ws_gemv_ms"],
+                             path=o["path"]))
         del p, w, tiny, glin, u
     # Group 64 and asymmetric at decode sizes, for the record.
     for name, n, k in LLAMA_SHAPES[:4]:
@@ -375,7 +382,8 @@ def run_w4a16(copy_gbs: float, quick: bool, method: str = DEFAULT_METHOD) -> lis
                 ref = _fp16_ms(x, w, method)
                 _emit(rows, _row(name, n, k, m, o["ours"], ref, wbytes + 2 * m * (k + n), copy_gbs, rel_err=o["rel_err"],
                                  variant=f"g{gs} {'sym' if sym else 'asym'}", triton_ms=o["triton_ms"],
-                                 cuda_gemv_ms=o["cuda_gemv_ms"], cc_gemv_ms=o["cc_gemv_ms"], path=o["path"]))
+                                 cuda_gemv_ms=o["cuda_gemv_ms"], cc_gemv_ms=o["cc_gemv_ms"], ws_gemv_ms=o["ws_gemv_ms"],
+                             path=o["path"]))
     return rows
 
 

@@ -126,6 +126,9 @@ class Int4Linear(QuantLinear):
     def cuda_cc_gemv(self, x2d):
         return kb.kernel_module("w4a16_cc").w4a16_cc_gemv(x2d, self.qweight, self.scales, self.zeros, self.group_size)
 
+    def cuda_ws_gemv(self, x2d):
+        return kb.kernel_module("w4a16_ws").w4a16_ws_gemv(x2d, self.qweight, self.scales, self.zeros, self.group_size)
+
     def kernel_paths(self, x2d):
         paths = [("kernel", partial(self.kernel, x2d)), ("dequant+cublas", partial(self.dequant_cublas, x2d))]
         # The CUDA C++ GEMV (kernels/w4a16_cuda.py) covers M <= its MAX_M (64 since session 8) where its build
@@ -137,6 +140,10 @@ class Int4Linear(QuantLinear):
         if x2d.shape[0] == 1 and kb.unavailable(x2d.device, "w4a16_cc", "supports") is None and \
                 kb.kernel_module("w4a16_cc").supports(x2d, self.qweight, self.scales, self.zeros, self.group_size):
             paths.append(("cuda_cc_gemv", partial(self.cuda_cc_gemv, x2d)))
+        # One token: the warp-specialized GEMV (kernels/w4a16_ws.py, session 30) too.
+        if x2d.shape[0] == 1 and kb.unavailable(x2d.device, "w4a16_ws", "supports") is None and \
+                kb.kernel_module("w4a16_ws").supports(x2d, self.qweight, self.scales, self.zeros, self.group_size):
+            paths.append(("cuda_ws_gemv", partial(self.cuda_ws_gemv, x2d)))
         return paths
 
 

@@ -1,0 +1,164 @@
+"""Warp-specialized W4A16 GEMV for one token (kernels/csrc/w4a16_ws_gemv.cu) over the compress.int4 layout as it is:
+built with nvcc on first use (kernels/cuda_build.py), loaded through ctypes, launched on torch's current stream.
+
+Why a third one-token GEMV: the CUDA-core GEMV (kernels/w4a16_cc.py) keeps its weight bytes in flight in registers and
+the tensor-core GEMV (kernels/w4a16_cuda.py) in rings its math warps refill between their math, so on the H200 both
+stay ~3 us above a plain read of an 8B layer. Here one producer warp per CTA keeps a shared-memory ring of TMA bulk
+copies in flight and the other warps only compute (the CUDA-core GEMV's math): measured first by
+bench/results/h200/kernels_s30/ws_ab.py.
+
+Covered: M = 1, K a multiple of 8, N a multiple of 8, group 64 / 128, symmetric and asymmetric, fp16 or bf16
+activations with scales of the same dtype, 16-byte aligned tensors. `supports` answers without raising; the runtime's
+PathTable times it against the other int4 paths per (shape, M) and keeps the fastest. COMPRESS_W4A16_WS=0 turns it off;
+COMPRESS_W4A16_WS_CONFIG=i forces a launch config (CONFIGS); COMPRESS_W4A16_PDL (kernels/w4a16_cuda.py) picks plain
+launches, programmatic dependent launch, or (the default) the same with the weight copies started before the previous
+kernel is done. The plain-torch reference of the same math is kernels.w4a16.w4a16_linear_ref.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from pathlib import Path
+
+import torch
+
+from compress.errors import CompressError
+from kernels import cuda_build, w4a16_cc, w4a16_cuda
+
+SRC = Path(__file__).resolve().parent / "csrc" / "w4a16_ws_gemv.cu"
+# Launch configs, as the .cu's CONFIGS table: (consumer warps, rows per warp, 512-byte spans of a row a ring stage holds,
+# ring stages). 16: the tensor-core consumer (mma.sync; its warps share one 16-row tile); fewer: the CUDA-core consumer.
+CONFIGS = [(8, 2, 2, 6), (8, 4, 2, 3), (4, 4, 1, 8), (8, 2, 4, 3), (8, 2, 4, 4), (16, 1, 4, 3), (8, 1, 8, 3),
+           (16, 1, 2, 6), (4, 2, 4, 6), (8, 2, 2, 4), (4, 2, 2, 8), (8, 1, 4, 6), (8, 1, 2, 8),
+           (8, 16, 2, 6), (8, 16, 2, 4), (4, 16, 2, 6), (8, 16, 4, 3)]
+DEFAULT_CONFIG = 0  # (8, 2, 2, 6): the fastest on the 8B q/o, k/v, gate/up and fused gate_up layers (session 30)
+# Measured fastest config per (N, K) where it is not DEFAULT_CONFIG, per GPU (a key the GPU's name holds).
+TUNED_BY_GPU: dict[str, dict[tuple[int, int], int]] = {
+    # session 30 (bench/results/h200/kernels_s30/ws_ab.py, rotate timing, us of this entry against the default's)
+    "H200": {
+        (6144, 4096): 2,    # 8B fused q/k/v: 6.35 -> 5.40 (call 1; 6.36 -> 5.44 call 2)
+        (4096, 14336): 9,   # 8B down: 13.23 -> 11.24 (calls 3, 5)
+        (1024, 8192): 5,    # 70B k/v: 4.19 -> 3.80 (calls 2, 3)
+        (8192, 8192): 14,   # 70B q/o: 14.90 -> 11.82 (call 6)
+        (28672, 8192): 9,   # 70B gate/up: 49.33 -> 35.40 (calls 3, 5)
+        (8192, 28672): 16,  # 70B down: 50.13 -> 37.92 (call 6)
+    },
+}
+_RC = {-1: "bad config index", -2: "group_size not 64/128", -3: "K not a positive multiple of 8",
+       -4: "x, qweight, scales or zeros not 16-byte aligned", -5: "the ring and staged x over the shared memory of an SM",
+       -6: "N not a multiple of 8"}
+
+
+def enabled() -> bool:
+    return os.environ.get("COMPRESS_W4A16_WS", "1") != "0"
+
+
+def config_for(n: int, k: int, gpu: str | None = None) -> int:
+    """COMPRESS_W4A16_WS_CONFIG if set, else the entry for (N, K) of the GPU named `gpu` (TUNED_BY_GPU), else
+    DEFAULT_CONFIG."""
+    env = os.environ.get("COMPRESS_W4A16_WS_CONFIG")
+    if env is not None:
+        if not env.isdigit() or int(env) >= len(CONFIGS):
+            raise CompressError(f"COMPRESS_W4A16_WS_CONFIG={env!r} is not a config index 0..{len(CONFIGS) - 1}; unset it")
+        return int(env)
+    key = cuda_build.gpu_key(TUNED_BY_GPU, gpu)
+    return TUNED_BY_GPU[key].get((n, k), DEFAULT_CONFIG) if key is not None else DEFAULT_CONFIG
+
+
+def describe(config: int) -> str:
+    c, r, u, s = CONFIGS[config]
+    return f"cuda ws tc gemv c{c}u{u}s{s}" if r == 16 else f"cuda ws gemv c{c}r{r}u{u}s{s}"
+
+
+def planned(n: int, k: int, device: torch.device) -> str:
+    """The served launch as text, for benchmark tables."""
+    return describe(config_for(n, k, w4a16_cuda.gpu_name(device)))
+
+
+def compile_variant(arch_code: str, name: str = "ws") -> Path:
+    """Build (or find cached) the library; one library holds every config (`name` only for kernel_suites.prebuild)."""
+    return cuda_build.compile_library(SRC, name, [], arch_code, "w4a16 warp-specialized GEMV", "the other int4 paths serve")
+
+
+def _bind(so: ctypes.CDLL) -> None:
+    p, i = ctypes.c_void_p, ctypes.c_int
+    so.w4ws_gemv.restype = i
+    so.w4ws_gemv.argtypes = [p, i, p, p, p, p, i, i, i, i, i, i, p]
+    so.w4ws_num_configs.restype = i
+
+
+_libraries = cuda_build.Libraries(_bind)
+
+
+def build(device: torch.device) -> ctypes.CDLL:
+    key = (cuda_build.arch(device), "ws")
+    return _libraries.get(key, lambda: compile_variant(key[0]))
+
+
+def _check(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None,
+           group_size: int) -> tuple[int, int]:
+    n, k = w4a16_cc._check(x, qweight, scales, zeros, group_size)  # one token, K % 8, shapes, dtypes, device
+    if n % 8:
+        raise CompressError(f"w4a16_ws_gemv: out_features={n} is not a multiple of 8; use kernels.w4a16_cc.w4a16_cc_gemv")
+    for name, t in (("qweight", qweight), ("scales", scales), ("zeros", zeros)):
+        if t is not None and t.data_ptr() % 16:
+            raise CompressError(f"w4a16_ws_gemv: {name} is not 16-byte aligned (a view into another tensor?); pass "
+                                f"{name}.clone()")
+    return n, k
+
+
+def supports(x2: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None,
+             group_size: int) -> bool:
+    """True when `w4a16_ws_gemv` can run this call here (the launcher's checks, and a successful build)."""
+    k = x2.shape[-1]
+    if not enabled() or x2.device.type != "cuda" or x2.numel() != k or k % 8:
+        return False
+    try:
+        _check(x2, qweight, scales, zeros, group_size)
+        build(x2.device)
+    except CompressError:
+        return False  # no nvcc or a failed build: the other int4 paths serve (w4a16_cuda says why, once)
+    return True
+
+
+def _launch(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None, group_size: int,
+            config: int | None = None, pdl: int | None = None, max_grid: int = 0) -> torch.Tensor:
+    n, k = _check(x, qweight, scales, zeros, group_size)
+    x1 = x.reshape(k).contiguous()
+    if x1.data_ptr() % 16:
+        x1 = x1.clone()
+    out = torch.empty(*x.shape[:-1], n, device=x.device, dtype=x.dtype)
+    config = config_for(n, k, w4a16_cuda.gpu_name(x.device)) if config is None else config
+    pdl = w4a16_cuda.pdl_mode() if pdl is None else int(pdl)
+    rc = build(x.device).w4ws_gemv(
+        x1.data_ptr(), int(x.dtype == torch.bfloat16), qweight.data_ptr(), scales.data_ptr(),
+        None if zeros is None else zeros.data_ptr(), out.data_ptr(), n, k, group_size, config, {0: 0, 1: 1, 2: 3}[pdl],
+        max_grid, torch.cuda.current_stream(x.device).cuda_stream)
+    if rc != 0:
+        raise CompressError(f"w4a16 warp-specialized GEMV: launch failed with code {rc} ({_RC.get(rc, 'CUDA error')}; "
+                            f"N={n}, K={k}, group {group_size}, config {config})")
+    return out
+
+
+@torch.library.custom_op("compress::w4a16_ws_gemv", mutates_args=())
+def _w4a16_ws_gemv_op(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None,
+                      group_size: int) -> torch.Tensor:
+    return _launch(x, qweight, scales, zeros, group_size)
+
+
+@_w4a16_ws_gemv_op.register_fake
+def _(x, qweight, scales, zeros, group_size):
+    return x.new_empty(*x.shape[:-1], qweight.shape[0])
+
+
+def w4a16_ws_gemv(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None = None,
+                  group_size: int = 128, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """y = x @ W^T (+ bias) for one token, W in the compress.int4 layout.
+
+    x (..., K) fp16/bf16 holding one token, K % 8 == 0; qweight int32 (N, Kp/8), N % 8 == 0; scales (G, N) in x's
+    dtype; zeros uint8 (G, N) or None (symmetric, z = 8). Returns (..., N) in x's dtype.
+    """
+    _check(x, qweight, scales, zeros, group_size)  # here too: the custom op would wrap the error
+    y = torch.ops.compress.w4a16_ws_gemv(x, qweight, scales, zeros, group_size)
+    return y + bias if bias is not None else y

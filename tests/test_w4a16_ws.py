@@ -1,0 +1,155 @@
+"""The warp-specialized one-token W4A16 GEMV (kernels/w4a16_ws.py) against the plain-torch reference, its launcher's
+errors, and its place among the runtime's int4 paths."""
+
+import ctypes
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from compress.errors import CompressError
+from kernels import w4a16_ws
+from kernels.cases import int4_runtime_layer, make_int4
+from kernels.w4a16 import w4a16_linear_ref
+
+CUDA = torch.cuda.is_available()
+gpu = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU (the kernel is CUDA C++)")
+TOL = {torch.float16: 2e-3, torch.bfloat16: 1e-2}
+# (N, K): fewer rows than a row group (8), K not a multiple of 128 (a partial last stage; with group 64 a block whose
+# second group does not exist: K = 200 -> G = 4, K = 136 -> G = 3), one block, more row groups than CTAs, real shapes.
+SHAPES = [(8, 256), (40, 200), (104, 136), (256, 128), (4096, 4096), (1024, 14336), (14336, 4096), (4096, 12288)]
+
+
+def rel_err(a, b):
+    assert torch.isfinite(a).all()
+    return ((a.float() - b.float()).norm() / b.float().norm()).item()
+
+
+# ----------------------------------------------------------------------------------------------------- CPU
+def test_launcher_errors_name_the_value_and_the_fix():
+    p = make_int4(64, 256, 128, True, torch.float16, "cpu")
+    with pytest.raises(CompressError, match=r"M=2 tokens; this GEMV takes one token"):
+        w4a16_ws.w4a16_ws_gemv(torch.randn(2, 256).half(), p["qweight"], p["scales"])
+    with pytest.raises(CompressError, match=r"needs CUDA tensors, got cpu"):
+        w4a16_ws.w4a16_ws_gemv(torch.randn(1, 256).half(), p["qweight"], p["scales"])
+    assert not w4a16_ws.supports(torch.randn(1, 256).half(), p["qweight"], p["scales"], None, 128)
+
+
+def test_config_override_is_checked(monkeypatch):
+    monkeypatch.setenv("COMPRESS_W4A16_WS_CONFIG", "99")
+    with pytest.raises(CompressError, match=r"COMPRESS_W4A16_WS_CONFIG='99' is not a config index 0\.\.16"):
+        w4a16_ws.config_for(4096, 4096)
+    monkeypatch.setenv("COMPRESS_W4A16_WS_CONFIG", "3")
+    assert w4a16_ws.config_for(4096, 4096) == 3
+    monkeypatch.delenv("COMPRESS_W4A16_WS_CONFIG")
+    assert w4a16_ws.config_for(6144, 4096, "NVIDIA H200") == 2  # measured there
+    assert w4a16_ws.config_for(4096, 4096, "NVIDIA H200") == w4a16_ws.DEFAULT_CONFIG
+    assert w4a16_ws.config_for(6144, 4096, "NVIDIA H100 80GB HBM3") == w4a16_ws.DEFAULT_CONFIG  # not measured there
+
+
+def test_configs_match_the_cuda_table():
+    src = w4a16_ws.SRC.read_text()
+    table = src[src.index("CONFIGS[][4] = {") + len("CONFIGS[][4] = {"):]
+    table = table[: table.index("};")]
+    assert [tuple(int(v) for v in t.strip("{} \n").split(",")) for t in table.split("},")] == w4a16_ws.CONFIGS
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_library_builds_for_hopper_here_and_is_packed_for_the_gpu_machines(tmp_path, monkeypatch):
+    """Built on this CPU machine for sm_90a (as bench/kernel_cache.py packs it), the library loads, its config table is
+    the launcher's, and the kernel cache packs it."""
+    monkeypatch.setenv("COMPRESS_KERNEL_CACHE", str(tmp_path))
+    lib = w4a16_ws.compile_variant("90a")
+    assert lib.parent == tmp_path and lib.exists()
+    so = ctypes.CDLL(str(lib))
+    assert so.w4ws_num_configs() == len(w4a16_ws.CONFIGS)
+    assert [tuple(so.w4ws_config(i, f) for f in range(4)) for i in range(len(w4a16_ws.CONFIGS))] == w4a16_ws.CONFIGS
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    try:
+        import kernel_cache
+    finally:
+        sys.path.pop(0)
+    assert ("w4a16_ws", "ws") in kernel_cache.builds(["w4a16"])
+
+
+# ----------------------------------------------------------------------------------------------------- GPU
+@gpu
+def test_rows_not_a_multiple_of_8_are_refused_with_the_fix():
+    p = make_int4(36, 256, 128, True, torch.float16, "cuda")
+    x = torch.randn(1, 256, device="cuda").half()
+    with pytest.raises(CompressError, match=r"out_features=36 is not a multiple of 8; use kernels.w4a16_cc"):
+        w4a16_ws.w4a16_ws_gemv(x, p["qweight"], p["scales"])
+    assert not w4a16_ws.supports(x, p["qweight"], p["scales"], None, 128)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("gs", [64, 128])
+@pytest.mark.parametrize("sym", [True, False], ids=["sym", "asym"])
+@pytest.mark.parametrize("n,k", SHAPES, ids=[f"{n}x{k}" for n, k in SHAPES])
+def test_every_config_matches_reference_and_repeats_its_bytes(dtype, gs, sym, n, k):
+    p = make_int4(n, k, gs, sym, dtype, "cuda", seed=n + k + gs)
+    x = torch.randn(1, k, device="cuda", generator=torch.Generator("cuda").manual_seed(k)).to(dtype)
+    want = w4a16_linear_ref(x, p["qweight"], p["scales"], p["zeros"], gs)
+    for c in range(len(w4a16_ws.CONFIGS)):
+        for pdl, grid in ((0, 0), (2, 0), (2, 3)):  # a grid of 3 CTAs: several row groups each, the ring wrapping
+            out = w4a16_ws._launch(x, p["qweight"], p["scales"], p["zeros"], gs, config=c, pdl=pdl, max_grid=grid)
+            assert out.shape == (1, n) and out.dtype == dtype
+            assert rel_err(out, want) < TOL[dtype], f"config {c} pdl {pdl} grid {grid}"
+            again = w4a16_ws._launch(x, p["qweight"], p["scales"], p["zeros"], gs, config=c, pdl=pdl, max_grid=grid)
+            assert torch.equal(out, again)
+
+
+@gpu
+@pytest.mark.parametrize("dtype,big", [(torch.float16, 30000.0), (torch.bfloat16, 1e6), (torch.float16, 1e-3)],
+                         ids=["fp16-30000", "bf16-1e6", "fp16-tiny"])
+def test_large_and_small_activations_neither_overflow_nor_lose_precision(dtype, big):
+    n, k = 512, 1024
+    p = make_int4(n, k, 128, False, dtype, "cuda", seed=3)
+    x = torch.randn(1, k, device="cuda", generator=torch.Generator("cuda").manual_seed(1))
+    if big > 1:
+        x[0, 7], x[0, 500] = big, -big / 2
+    else:
+        x = x * big
+    x = x.to(dtype)
+    want = w4a16_linear_ref(x, p["qweight"], p["scales"], p["zeros"], 128)
+    out = w4a16_ws.w4a16_ws_gemv(x, p["qweight"], p["scales"], p["zeros"], 128)
+    assert rel_err(out, want) < TOL[dtype]
+
+
+@gpu
+def test_cuda_graph_replay_and_leading_dims():
+    n, k = 4096, 4096
+    p = make_int4(n, k, 128, True, torch.float16, "cuda", seed=9)
+    x = torch.randn(1, 1, k, device="cuda").half()
+    want = w4a16_ws.w4a16_ws_gemv(x, p["qweight"], p["scales"], None, 128)
+    assert want.shape == (1, 1, n)
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        with torch.cuda.graph(g):
+            got = w4a16_ws.w4a16_ws_gemv(x, p["qweight"], p["scales"], None, 128)
+    torch.cuda.current_stream().wait_stream(s)
+    for _ in range(3):
+        g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(got, want)
+
+
+@gpu
+def test_runtime_offers_the_ws_path_at_one_token_only():
+    from compress.runtime.paths import PathTable
+
+    n, k = 1024, 4096
+    mod = int4_runtime_layer(n, k, False, "cuda", seed=6)
+    x = torch.randn(1, k, device="cuda").half()
+    paths = dict(mod.kernel_paths(x))
+    assert "cuda_ws_gemv" in paths
+    assert "cuda_ws_gemv" not in dict(mod.kernel_paths(torch.randn(2, k, device="cuda").half()))
+    assert rel_err(paths["cuda_ws_gemv"](), mod.reference(x)) < TOL[torch.float16]
+    table = PathTable()
+    table.run(("t",), mod.kernel_paths(x), x.device)
+    assert "cuda_ws_gemv" in table.timings[("t",)]
