@@ -98,12 +98,50 @@ class QuantLinear(nn.Module):
         if self.backend == "kernel":
             key = (f"{self.format_key}{list(self.fuse_key())}", self.out_features, self.in_features, x2d.shape[0],
                    str(x2d.dtype))
-            y = TABLE.run(key, self.kernel_paths(x2d), x2d.device)
+            # Once the table has chosen a path for this key, run it directly: listing the paths asks each kernel
+            # whether it supports the call (shape, dtype and build checks in Python), per call and per path, which an
+            # eager decode step would pay for every layer and token. Only a choice the table still holds is followed.
+            chosen = TABLE.choice.get(key)
+            run = self._chosen_paths.get((key, chosen)) if chosen is not None else None
+            if run is not None:
+                f, args, kw = run
+                y = f(x2d, *args, **kw)
+            else:
+                paths = self.kernel_paths(x2d)
+                y = TABLE.run(key, paths, x2d.device)
+                chosen = TABLE.choice.get(key)
+                fn = next((f for n, f in paths if n == chosen), None)
+                rebound = self._rebindable(fn, x2d) if fn is not None else None
+                if rebound is not None:
+                    self._chosen_paths[(key, chosen)] = rebound
         else:
             y = self.reference(x2d)
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*shape[:-1], self.out_features)
+
+    @property
+    def _chosen_paths(self) -> dict:
+        """(table key, chosen path) -> (f, args, kwargs): forward's cache, f(x2d, *args, **kwargs) runs that path. Plain
+        data, not closures, so the layer still pickles and deep-copies (a copy's entry then names the copy's tensors)."""
+        return self.__dict__.setdefault("_chosen_paths_cache", {})
+
+    def _rebindable(self, fn, x2d: torch.Tensor):
+        """(f, rest, kwargs) of `fn` = `partial(f, x2d, *rest, **kwargs)` whose other tensors are the layer's own (buffers
+        or attributes): then nothing in it was computed from this call's input, and f(new_x2d, *rest, **kwargs) runs the
+        same path on another input. None otherwise (the path is listed again on every call, as before)."""
+        if not isinstance(fn, partial) or not fn.args or fn.args[0] is not x2d:
+            return None
+        own = [*self.buffers(), *self.parameters(), *(v for v in vars(self).values() if isinstance(v, torch.Tensor))]
+        rest = [*fn.args[1:], *fn.keywords.values()]
+        if any(isinstance(a, torch.Tensor) and not any(a is o for o in own) for a in rest):
+            return None
+        return fn.func, tuple(fn.args[1:]), dict(fn.keywords)
+
+    def _apply(self, fn, recurse=True):
+        # .to(), .cuda(), .half() ... give the layer new tensors; the cache's entries name the old ones.
+        self._chosen_paths.clear()
+        return super()._apply(fn, recurse)
 
     def fuse_key(self) -> tuple:
         """Layers can be fused only when these agree (besides class, backend and in_features)."""
