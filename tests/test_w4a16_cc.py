@@ -1,5 +1,6 @@
 """The CUDA-core one-token W4A16 GEMV (kernels/w4a16_cc.py) against the plain-torch reference, its launcher's errors,
-and its place among the runtime's int4 paths."""
+and its place among the runtime's int4 paths. The tests of what both x-staging one-token GEMVs share (activations that
+would overflow fp16 sums, CUDA graphs, the runtime's path list) run the warp-specialized one (kernels/w4a16_ws.py) too."""
 
 import ctypes
 import shutil
@@ -10,7 +11,7 @@ import pytest
 import torch
 
 from compress.errors import CompressError
-from kernels import w4a16_cc
+from kernels import w4a16_cc, w4a16_ws
 from kernels.cases import int4_runtime_layer, make_int4
 from kernels.w4a16 import w4a16_linear_ref
 
@@ -108,10 +109,16 @@ def test_every_config_matches_reference_and_repeats_its_bytes(dtype, gs, sym, n,
             assert torch.equal(out, again)
 
 
+# The one-token GEMVs that stage x scaled per 128-block (w4a16_cc_common.cuh), and the runtime path name of each.
+ONE_TOKEN = [(w4a16_cc.w4a16_cc_gemv, "cuda_cc_gemv"), (w4a16_ws.w4a16_ws_gemv, "cuda_ws_gemv")]
+one_token = pytest.mark.parametrize("gemv,path", ONE_TOKEN, ids=["cc", "ws"])
+
+
 @gpu
+@one_token
 @pytest.mark.parametrize("dtype,big", [(torch.float16, 30000.0), (torch.bfloat16, 1e6), (torch.float16, 1e-3)],
                          ids=["fp16-30000", "bf16-1e6", "fp16-tiny"])
-def test_large_and_small_activations_neither_overflow_nor_lose_precision(dtype, big):
+def test_large_and_small_activations_neither_overflow_nor_lose_precision(dtype, big, gemv, path):
     """A few huge entries, as LLM activations have: in fp16 a product of |u - z| <= 15 and x = 30000 overflows, so the
     kernel stages x scaled by a power of two (and never scales tiny ones up past what fp16 holds)."""
     n, k = 512, 1024
@@ -123,23 +130,24 @@ def test_large_and_small_activations_neither_overflow_nor_lose_precision(dtype, 
         x = x * big
     x = x.to(dtype)
     want = w4a16_linear_ref(x, p["qweight"], p["scales"], p["zeros"], 128)
-    out = w4a16_cc.w4a16_cc_gemv(x, p["qweight"], p["scales"], p["zeros"], 128)
+    out = gemv(x, p["qweight"], p["scales"], p["zeros"], 128)
     assert rel_err(out, want) < TOL[dtype]
 
 
 @gpu
-def test_cuda_graph_replay_and_leading_dims():
+@one_token
+def test_cuda_graph_replay_and_leading_dims(gemv, path):
     n, k = 4096, 4096
     p = make_int4(n, k, 128, True, torch.float16, "cuda", seed=9)
     x = torch.randn(1, 1, k, device="cuda").half()
-    want = w4a16_cc.w4a16_cc_gemv(x, p["qweight"], p["scales"], None, 128)
+    want = gemv(x, p["qweight"], p["scales"], None, 128)
     assert want.shape == (1, 1, n)
     g = torch.cuda.CUDAGraph()
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
         with torch.cuda.graph(g):
-            got = w4a16_cc.w4a16_cc_gemv(x, p["qweight"], p["scales"], None, 128)
+            got = gemv(x, p["qweight"], p["scales"], None, 128)
     torch.cuda.current_stream().wait_stream(s)
     for _ in range(3):
         g.replay()
@@ -148,17 +156,18 @@ def test_cuda_graph_replay_and_leading_dims():
 
 
 @gpu
-def test_runtime_offers_the_cc_path_at_one_token_only():
+@one_token
+def test_runtime_offers_the_path_at_one_token_only(gemv, path):
     from compress.runtime.paths import PathTable
 
     n, k = 1024, 4096
     mod = int4_runtime_layer(n, k, False, "cuda", seed=6)
     x = torch.randn(1, k, device="cuda").half()
     paths = dict(mod.kernel_paths(x))
-    assert "cuda_cc_gemv" in paths
-    assert "cuda_cc_gemv" not in dict(mod.kernel_paths(torch.randn(2, k, device="cuda").half()))
-    assert rel_err(paths["cuda_cc_gemv"](), mod.reference(x)) < TOL[torch.float16]
+    assert path in paths
+    assert path not in dict(mod.kernel_paths(torch.randn(2, k, device="cuda").half()))
+    assert rel_err(paths[path](), mod.reference(x)) < TOL[torch.float16]
     table = PathTable()
     table.run(("t",), mod.kernel_paths(x), x.device)
     timed = table.timings[("t",)]
-    assert "cuda_cc_gemv" in timed and not any("cuda_cc_gemv (" in key for key in timed)
+    assert path in timed and not any(f"{path} (" in key for key in timed)

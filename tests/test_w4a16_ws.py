@@ -1,5 +1,5 @@
-"""The warp-specialized one-token W4A16 GEMV (kernels/w4a16_ws.py) against the plain-torch reference, its launcher's
-errors, and its place among the runtime's int4 paths."""
+"""The warp-specialized one-token W4A16 GEMV (kernels/w4a16_ws.py) against the plain-torch reference and its launcher's
+errors. Large and small activations, CUDA graphs and the runtime's path list: tests/test_w4a16_cc.py (`one_token`)."""
 
 import ctypes
 import shutil
@@ -11,20 +11,14 @@ import torch
 
 from compress.errors import CompressError
 from kernels import w4a16_ws
-from kernels.cases import int4_runtime_layer, make_int4
+from kernels.cases import make_int4
 from kernels.w4a16 import w4a16_linear_ref
 
-CUDA = torch.cuda.is_available()
-gpu = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU (the kernel is CUDA C++)")
-TOL = {torch.float16: 2e-3, torch.bfloat16: 1e-2}
+from tests.test_w4a16_cc import TOL, gpu, rel_err
+
 # (N, K): fewer rows than a row group (8), K not a multiple of 128 (a partial last stage; with group 64 a block whose
 # second group does not exist: K = 200 -> G = 4, K = 136 -> G = 3), one block, more row groups than CTAs, real shapes.
 SHAPES = [(8, 256), (40, 200), (104, 136), (256, 128), (4096, 4096), (1024, 14336), (14336, 4096), (4096, 12288)]
-
-
-def rel_err(a, b):
-    assert torch.isfinite(a).all()
-    return ((a.float() - b.float()).norm() / b.float().norm()).item()
 
 
 # ----------------------------------------------------------------------------------------------------- CPU
@@ -100,56 +94,3 @@ def test_every_config_matches_reference_and_repeats_its_bytes(dtype, gs, sym, n,
             assert rel_err(out, want) < TOL[dtype], f"config {c} pdl {pdl} grid {grid}"
             again = w4a16_ws._launch(x, p["qweight"], p["scales"], p["zeros"], gs, config=c, pdl=pdl, max_grid=grid)
             assert torch.equal(out, again)
-
-
-@gpu
-@pytest.mark.parametrize("dtype,big", [(torch.float16, 30000.0), (torch.bfloat16, 1e6), (torch.float16, 1e-3)],
-                         ids=["fp16-30000", "bf16-1e6", "fp16-tiny"])
-def test_large_and_small_activations_neither_overflow_nor_lose_precision(dtype, big):
-    n, k = 512, 1024
-    p = make_int4(n, k, 128, False, dtype, "cuda", seed=3)
-    x = torch.randn(1, k, device="cuda", generator=torch.Generator("cuda").manual_seed(1))
-    if big > 1:
-        x[0, 7], x[0, 500] = big, -big / 2
-    else:
-        x = x * big
-    x = x.to(dtype)
-    want = w4a16_linear_ref(x, p["qweight"], p["scales"], p["zeros"], 128)
-    out = w4a16_ws.w4a16_ws_gemv(x, p["qweight"], p["scales"], p["zeros"], 128)
-    assert rel_err(out, want) < TOL[dtype]
-
-
-@gpu
-def test_cuda_graph_replay_and_leading_dims():
-    n, k = 4096, 4096
-    p = make_int4(n, k, 128, True, torch.float16, "cuda", seed=9)
-    x = torch.randn(1, 1, k, device="cuda").half()
-    want = w4a16_ws.w4a16_ws_gemv(x, p["qweight"], p["scales"], None, 128)
-    assert want.shape == (1, 1, n)
-    g = torch.cuda.CUDAGraph()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        with torch.cuda.graph(g):
-            got = w4a16_ws.w4a16_ws_gemv(x, p["qweight"], p["scales"], None, 128)
-    torch.cuda.current_stream().wait_stream(s)
-    for _ in range(3):
-        g.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(got, want)
-
-
-@gpu
-def test_runtime_offers_the_ws_path_at_one_token_only():
-    from compress.runtime.paths import PathTable
-
-    n, k = 1024, 4096
-    mod = int4_runtime_layer(n, k, False, "cuda", seed=6)
-    x = torch.randn(1, k, device="cuda").half()
-    paths = dict(mod.kernel_paths(x))
-    assert "cuda_ws_gemv" in paths
-    assert "cuda_ws_gemv" not in dict(mod.kernel_paths(torch.randn(2, k, device="cuda").half()))
-    assert rel_err(paths["cuda_ws_gemv"](), mod.reference(x)) < TOL[torch.float16]
-    table = PathTable()
-    table.run(("t",), mod.kernel_paths(x), x.device)
-    assert "cuda_ws_gemv" in table.timings[("t",)]
