@@ -4,8 +4,8 @@ built with nvcc on first use (kernels/cuda_build.py), loaded through ctypes, lau
 Why a third one-token GEMV: the CUDA-core GEMV (kernels/w4a16_cc.py) keeps its weight bytes in flight in registers and
 the tensor-core GEMV (kernels/w4a16_cuda.py) in rings its math warps refill between their math, so on the H200 both
 stay ~3 us above a plain read of an 8B layer. Here one producer warp per CTA keeps a shared-memory ring of TMA bulk
-copies in flight and the other warps only compute (the CUDA-core GEMV's math): measured first by
-bench/results/h200/kernels_s30/ws_ab.py.
+copies in flight and the other warps only compute: the CUDA-core GEMV's math, or mma.sync on a 16-row tile they share
+(the config picks). Measured by bench/results/h200/kernels_s30/ws_ab.py (its README has the figures).
 
 Covered: M = 1, K a multiple of 8, N a multiple of 8, group 64 / 128, symmetric and asymmetric, fp16 or bf16
 activations with scales of the same dtype, 16-byte aligned tensors. `supports` answers without raising; the runtime's
