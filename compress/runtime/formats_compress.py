@@ -120,30 +120,22 @@ class Int4Linear(QuantLinear):
         w = _dequant_int4(self.qweight, self.scales, self.zeros, self.group_size, self.in_features, x2d.dtype)
         return torch.nn.functional.linear(x2d, w)
 
-    def cuda_gemv(self, x2d):
-        return kb.kernel_module("w4a16_cuda").w4a16_gemv(x2d, self.qweight, self.scales, self.zeros, self.group_size)
+    # The CUDA C++ GEMVs offered beside the Triton kernel: (path name, kernels module, launcher, one token only). The
+    # tensor-core GEMV (kernels/w4a16_cuda.py) covers M <= its MAX_M (64 since session 8); the CUDA-core (w4a16_cc.py,
+    # session 29) and warp-specialized (w4a16_ws.py, session 30) ones one token. Each joins where its `supports` says
+    # (a successful build included); PathTable times the paths per (shape, M) and keeps the fastest.
+    CUDA_PATHS = (("cuda_gemv", "w4a16_cuda", "w4a16_gemv", False), ("cuda_cc_gemv", "w4a16_cc", "w4a16_cc_gemv", True),
+                  ("cuda_ws_gemv", "w4a16_ws", "w4a16_ws_gemv", True))
 
-    def cuda_cc_gemv(self, x2d):
-        return kb.kernel_module("w4a16_cc").w4a16_cc_gemv(x2d, self.qweight, self.scales, self.zeros, self.group_size)
-
-    def cuda_ws_gemv(self, x2d):
-        return kb.kernel_module("w4a16_ws").w4a16_ws_gemv(x2d, self.qweight, self.scales, self.zeros, self.group_size)
+    def cuda_path(self, x2d, module: str, launcher: str):
+        return getattr(kb.kernel_module(module), launcher)(x2d, self.qweight, self.scales, self.zeros, self.group_size)
 
     def kernel_paths(self, x2d):
         paths = [("kernel", partial(self.kernel, x2d)), ("dequant+cublas", partial(self.dequant_cublas, x2d))]
-        # The CUDA C++ GEMV (kernels/w4a16_cuda.py) covers M <= its MAX_M (64 since session 8) where its build
-        # succeeded (`supports` says); PathTable times it against the Triton kernel per (shape, M), keeps the faster.
-        if kb.unavailable(x2d.device, "w4a16_cuda", "supports") is None and \
-                kb.kernel_module("w4a16_cuda").supports(x2d, self.qweight, self.scales, self.zeros, self.group_size):
-            paths.append(("cuda_gemv", partial(self.cuda_gemv, x2d)))
-        # One token: the CUDA-core GEMV (kernels/w4a16_cc.py, session 29) joins the timing.
-        if x2d.shape[0] == 1 and kb.unavailable(x2d.device, "w4a16_cc", "supports") is None and \
-                kb.kernel_module("w4a16_cc").supports(x2d, self.qweight, self.scales, self.zeros, self.group_size):
-            paths.append(("cuda_cc_gemv", partial(self.cuda_cc_gemv, x2d)))
-        # One token: the warp-specialized GEMV (kernels/w4a16_ws.py, session 30) too.
-        if x2d.shape[0] == 1 and kb.unavailable(x2d.device, "w4a16_ws", "supports") is None and \
-                kb.kernel_module("w4a16_ws").supports(x2d, self.qweight, self.scales, self.zeros, self.group_size):
-            paths.append(("cuda_ws_gemv", partial(self.cuda_ws_gemv, x2d)))
+        for name, module, launcher, one_token in self.CUDA_PATHS:
+            if (not one_token or x2d.shape[0] == 1) and kb.unavailable(x2d.device, module, "supports") is None and \
+                    kb.kernel_module(module).supports(x2d, self.qweight, self.scales, self.zeros, self.group_size):
+                paths.append((name, partial(self.cuda_path, x2d, module, launcher)))
         return paths
 
 
