@@ -259,27 +259,22 @@ def _ours_w4a16(x, p, gs: int, ref: torch.Tensor | None, method: str = DEFAULT_M
     n = p["qweight"].shape[0]
     tri = call_ms(lambda p: w4a16_linear(x, p["qweight"], p["scales"], p["zeros"], gs), p, method)
     errs = [] if ref is None else [_rel_err(w4a16_linear(x, p["qweight"], p["scales"], p["zeros"], gs), ref)]
-    cuda = cc = ws = None
-    if w4a16_cuda.supports(x, p["qweight"], p["scales"], p["zeros"], gs):
-        cuda = call_ms(lambda p: w4a16_cuda.w4a16_gemv(x, p["qweight"], p["scales"], p["zeros"], gs), p, method)
-        if ref is not None:
-            errs.append(_rel_err(w4a16_cuda.w4a16_gemv(x, p["qweight"], p["scales"], p["zeros"], gs), ref))
-    if w4a16_cc.supports(x, p["qweight"], p["scales"], p["zeros"], gs):
-        cc = call_ms(lambda p: w4a16_cc.w4a16_cc_gemv(x, p["qweight"], p["scales"], p["zeros"], gs), p, method)
-        if ref is not None:
-            errs.append(_rel_err(w4a16_cc.w4a16_cc_gemv(x, p["qweight"], p["scales"], p["zeros"], gs), ref))
-    if w4a16_ws.supports(x, p["qweight"], p["scales"], p["zeros"], gs):
-        ws = call_ms(lambda p: w4a16_ws.w4a16_ws_gemv(x, p["qweight"], p["scales"], p["zeros"], gs), p, method)
-        if ref is not None:
-            errs.append(_rel_err(w4a16_ws.w4a16_ws_gemv(x, p["qweight"], p["scales"], p["zeros"], gs), ref))
-    timed = {"triton": tri, "cuda": cuda, "cc": cc, "ws": ws}
-    won = min((k for k in timed if timed[k] is not None), key=lambda k: timed[k])
-    path = {"triton": lambda: _path(_config(x.shape[0], n, x.shape[-1])),
-            "cuda": lambda: w4a16_cuda.planned(n, x.shape[-1], x.shape[0]),
-            "cc": lambda: w4a16_cc.planned(n, x.shape[-1], x.device),
-            "ws": lambda: w4a16_ws.planned(n, x.shape[-1], x.device)}[won]()
-    return {"ours": timed[won], "triton_ms": tri, "cuda_gemv_ms": cuda, "cc_gemv_ms": cc, "ws_gemv_ms": ws,
-            "rel_err": max(errs) if errs else None, "path": path}
+    k, m = x.shape[-1], x.shape[0]
+    timed = {"triton": tri}
+    plans = {"triton": lambda: _path(_config(m, n, k))}  # the winner's launch config as text
+    # (key, kernels module, launcher, its launch config as text): each timed where its `supports` takes the call.
+    for key, mod, launch, planned in (
+            ("cuda", w4a16_cuda, w4a16_cuda.w4a16_gemv, lambda: w4a16_cuda.planned(n, k, m)),
+            ("cc", w4a16_cc, w4a16_cc.w4a16_cc_gemv, lambda: w4a16_cc.planned(n, k, x.device)),
+            ("ws", w4a16_ws, w4a16_ws.w4a16_ws_gemv, lambda: w4a16_ws.planned(n, k, x.device))):
+        if mod.supports(x, p["qweight"], p["scales"], p["zeros"], gs):
+            timed[key] = call_ms(lambda p: launch(x, p["qweight"], p["scales"], p["zeros"], gs), p, method)
+            if ref is not None:
+                errs.append(_rel_err(launch(x, p["qweight"], p["scales"], p["zeros"], gs), ref))
+            plans[key] = planned
+    won = min(timed, key=timed.get)
+    return {"ours": timed[won], "triton_ms": tri, "cuda_gemv_ms": timed.get("cuda"), "cc_gemv_ms": timed.get("cc"),
+            "ws_gemv_ms": timed.get("ws"), "rel_err": max(errs) if errs else None, "path": plans[won]()}
 
 
 def w4a16_table_builds(ms: list[int]) -> list[str]:
