@@ -60,14 +60,23 @@ def _tuned(n: int, k: int, gpu: str | None) -> tuple[int, bool] | None:
     return None if key is None else TUNED_BY_GPU[key].get((n, k))
 
 
+def env_config(var: str, count: int) -> int | None:
+    """The launch config index the environment variable `var` forces (None where unset), checked against `count`
+    configs: the override of this GEMV and of the warp-specialized one (kernels/w4a16_ws.py)."""
+    env = os.environ.get(var)
+    if env is None:
+        return None
+    if not env.isdigit() or int(env) >= count:
+        raise CompressError(f"{var}={env!r} is not a config index 0..{count - 1}; unset it")
+    return int(env)
+
+
 def config_for(n: int, k: int, gpu: str | None = None) -> int:
     """COMPRESS_W4A16_CC_CONFIG if set, else the entry for (N, K) of the GPU named `gpu` (TUNED_BY_GPU), else
     DEFAULT_CONFIG."""
-    env = os.environ.get("COMPRESS_W4A16_CC_CONFIG")
-    if env is not None:
-        if not env.isdigit() or int(env) >= len(CONFIGS):
-            raise CompressError(f"COMPRESS_W4A16_CC_CONFIG={env!r} is not a config index 0..{len(CONFIGS) - 1}; unset it")
-        return int(env)
+    forced = env_config("COMPRESS_W4A16_CC_CONFIG", len(CONFIGS))
+    if forced is not None:
+        return forced
     got = _tuned(n, k, gpu)
     return DEFAULT_CONFIG if got is None else got[0]
 
@@ -108,18 +117,25 @@ def _check(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: 
     return w4a16_cuda._check(x, qweight, scales, zeros, group_size)  # shapes, dtypes, layout, then the device
 
 
-def supports(x2: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None,
-             group_size: int) -> bool:
-    """True when `w4a16_cc_gemv` can run this call here (the launcher's checks, and a successful build)."""
+def runs_here(on: bool, check, build_lib, x2: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor,
+              zeros: torch.Tensor | None, group_size: int) -> bool:
+    """True when a one-token GEMV module (this one, kernels/w4a16_ws.py) that is `on` can run this call here: one CUDA
+    token with K % 8 == 0, its launcher's `check`, and a successful `build_lib(device)`. Never raises."""
     k = x2.shape[-1]
-    if not enabled() or x2.device.type != "cuda" or x2.numel() != k or k % 8:
+    if not on or x2.device.type != "cuda" or x2.numel() != k or k % 8:
         return False
     try:
-        _check(x2, qweight, scales, zeros, group_size)
-        build(x2.device)
+        check(x2, qweight, scales, zeros, group_size)
+        build_lib(x2.device)
     except CompressError:
         return False  # no nvcc or a failed build: the other int4 paths serve (w4a16_cuda says why, once)
     return True
+
+
+def supports(x2: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None,
+             group_size: int) -> bool:
+    """True when `w4a16_cc_gemv` can run this call here (the launcher's checks, and a successful build)."""
+    return runs_here(enabled(), _check, build, x2, qweight, scales, zeros, group_size)
 
 
 def persistent(n: int | None = None, k: int | None = None, gpu: str | None = None) -> bool:

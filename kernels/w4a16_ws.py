@@ -57,11 +57,9 @@ def enabled() -> bool:
 def config_for(n: int, k: int, gpu: str | None = None) -> int:
     """COMPRESS_W4A16_WS_CONFIG if set, else the entry for (N, K) of the GPU named `gpu` (TUNED_BY_GPU), else
     DEFAULT_CONFIG."""
-    env = os.environ.get("COMPRESS_W4A16_WS_CONFIG")
-    if env is not None:
-        if not env.isdigit() or int(env) >= len(CONFIGS):
-            raise CompressError(f"COMPRESS_W4A16_WS_CONFIG={env!r} is not a config index 0..{len(CONFIGS) - 1}; unset it")
-        return int(env)
+    forced = w4a16_cc.env_config("COMPRESS_W4A16_WS_CONFIG", len(CONFIGS))
+    if forced is not None:
+        return forced
     key = cuda_build.gpu_key(TUNED_BY_GPU, gpu)
     return TUNED_BY_GPU[key].get((n, k), DEFAULT_CONFIG) if key is not None else DEFAULT_CONFIG
 
@@ -111,15 +109,7 @@ def _check(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: 
 def supports(x2: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None,
              group_size: int) -> bool:
     """True when `w4a16_ws_gemv` can run this call here (the launcher's checks, and a successful build)."""
-    k = x2.shape[-1]
-    if not enabled() or x2.device.type != "cuda" or x2.numel() != k or k % 8:
-        return False
-    try:
-        _check(x2, qweight, scales, zeros, group_size)
-        build(x2.device)
-    except CompressError:
-        return False  # no nvcc or a failed build: the other int4 paths serve (w4a16_cuda says why, once)
-    return True
+    return w4a16_cc.runs_here(enabled(), _check, build, x2, qweight, scales, zeros, group_size)
 
 
 def _launch(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None, group_size: int,
