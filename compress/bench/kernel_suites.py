@@ -251,9 +251,10 @@ def _path(cfg: dict) -> str:
 
 def _ours_w4a16(x, p, gs: int, ref: torch.Tensor | None, method: str = DEFAULT_METHOD) -> dict:
     """Our W4A16 paths on one call: the Triton launcher, the CUDA C++ GEMV where it covers M (<= 64) and built, and at
-    one token the CUDA-core GEMV (kernels/w4a16_cc.py) and the warp-specialized GEMV (kernels/w4a16_ws.py). kernel_ms is
-    the fastest (the runtime's PathTable makes the same choice); rel_err the worst."""
-    from kernels import w4a16_cc, w4a16_cuda, w4a16_ws
+    one token the CUDA-core GEMV (kernels/w4a16_cc.py) and the warp-specialized GEMV (kernels/w4a16_ws.py), at 2-16 tokens
+    the warp-specialized GEMM (kernels/w4a16_ws_gemm.py). kernel_ms is the fastest (the runtime's PathTable makes the
+    same choice); rel_err the worst."""
+    from kernels import w4a16_cc, w4a16_cuda, w4a16_ws, w4a16_ws_gemm
     from kernels.w4a16 import _config, w4a16_linear
 
     n = p["qweight"].shape[0]
@@ -266,7 +267,8 @@ def _ours_w4a16(x, p, gs: int, ref: torch.Tensor | None, method: str = DEFAULT_M
     for key, mod, launch, planned in (
             ("cuda", w4a16_cuda, w4a16_cuda.w4a16_gemv, lambda: w4a16_cuda.planned(n, k, m)),
             ("cc", w4a16_cc, w4a16_cc.w4a16_cc_gemv, lambda: w4a16_cc.planned(n, k, x.device)),
-            ("ws", w4a16_ws, w4a16_ws.w4a16_ws_gemv, lambda: w4a16_ws.planned(n, k, x.device))):
+            ("ws", w4a16_ws, w4a16_ws.w4a16_ws_gemv, lambda: w4a16_ws.planned(n, k, x.device)),
+            ("wsm", w4a16_ws_gemm, w4a16_ws_gemm.w4a16_ws_gemm, lambda: w4a16_ws_gemm.planned(n, k, m, x.device))):
         if mod.supports(x, p["qweight"], p["scales"], p["zeros"], gs):
             timed[key] = call_ms(lambda p: launch(x, p["qweight"], p["scales"], p["zeros"], gs), p, method)
             if ref is not None:
@@ -274,7 +276,8 @@ def _ours_w4a16(x, p, gs: int, ref: torch.Tensor | None, method: str = DEFAULT_M
             plans[key] = planned
     won = min(timed, key=timed.get)
     return {"ours": timed[won], "triton_ms": tri, "cuda_gemv_ms": timed.get("cuda"), "cc_gemv_ms": timed.get("cc"),
-            "ws_gemv_ms": timed.get("ws"), "rel_err": max(errs) if errs else None, "path": plans[won]()}
+            "ws_gemv_ms": timed.get("ws"), "ws_gemm_ms": timed.get("wsm"), "rel_err": max(errs) if errs else None,
+            "path": plans[won]()}
 
 
 def w4a16_table_builds(ms: list[int]) -> list[str]:
@@ -329,12 +332,13 @@ def run_w4a16(copy_gbs: float, quick: bool, method: str = DEFAULT_METHOD) -> lis
     from compress.packing.int4 import unpack_int4
     from kernels.w4a16 import w4a16_linear_ref
 
-    from kernels import w4a16_cc, w4a16_cuda, w4a16_ws
+    from kernels import w4a16_cc, w4a16_cuda, w4a16_ws, w4a16_ws_gemm
 
     if w4a16_cuda.enabled():
         _prebuild_suite("w4a16", [("w4a16_cuda", v) for v in w4a16_table_builds(QUICK_M if quick else BENCH_M)]
                         + ([("w4a16_cc", "cc")] if w4a16_cc.enabled() else [])
-                        + ([("w4a16_ws", "ws")] if w4a16_ws.enabled() else []))
+                        + ([("w4a16_ws", "ws")] if w4a16_ws.enabled() else [])
+                        + ([("w4a16_ws_gemm", "wsm")] if w4a16_ws_gemm.enabled() else []))
     rows = []
     gl = _Gemlite(method)
     for name, n, k in LLAMA_SHAPES:
@@ -363,6 +367,7 @@ def run_w4a16(copy_gbs: float, quick: bool, method: str = DEFAULT_METHOD) -> lis
             _emit(rows, _row(name, n, k, m, o["ours"], ref, wbytes + 2 * m * (k + n), copy_gbs, rel_err=o["rel_err"],
                              tinygemm_ms=peer, gemlite_ms=gl_ms, gemlite_rel_err=gl_err, triton_ms=o["triton_ms"],
                              cuda_gemv_ms=o["cuda_gemv_ms"], cc_gemv_ms=o["cc_gemv_ms"], ws_gemv_ms=o["ws_gemv_ms"],
+                             ws_gemm_ms=o["ws_gemm_ms"],
                              path=o["path"]))
         del p, w, tiny, glin, u
     # Group 64 and asymmetric at decode sizes, for the record.
@@ -378,6 +383,7 @@ def run_w4a16(copy_gbs: float, quick: bool, method: str = DEFAULT_METHOD) -> lis
                 _emit(rows, _row(name, n, k, m, o["ours"], ref, wbytes + 2 * m * (k + n), copy_gbs, rel_err=o["rel_err"],
                                  variant=f"g{gs} {'sym' if sym else 'asym'}", triton_ms=o["triton_ms"],
                                  cuda_gemv_ms=o["cuda_gemv_ms"], cc_gemv_ms=o["cc_gemv_ms"], ws_gemv_ms=o["ws_gemv_ms"],
+                             ws_gemm_ms=o["ws_gemm_ms"],
                              path=o["path"]))
     return rows
 

@@ -261,8 +261,8 @@ def render_markdown(report: dict) -> str:
         parts += ["", "## W4A16 (int4 g128 symmetric unless marked)", "",
                   "kernel (ms) is the fastest of our paths, each also shown: the Triton launcher (kernels/w4a16.py), "
                   "the CUDA C++ tensor-core GEMV (kernels/w4a16_cuda.py, M <= 64) and at one token the CUDA-core GEMV "
-                  "(kernels/w4a16_cc.py) and the warp-specialized GEMV (kernels/w4a16_ws.py, WS); `path` names the one "
-                  "that won. "
+                  "(kernels/w4a16_cc.py) and the warp-specialized GEMV (kernels/w4a16_ws.py, WS), at 2-16 tokens the "
+                  "warp-specialized GEMM (kernels/w4a16_ws_gemm.py, WS GEMM); `path` names the one that won. "
                   + (f"The CUDA GEMV's launch configs: {env['w4a16_configs']}. " if env.get("w4a16_configs") else "") +
                   "Peers: torch's tinygemm `_weight_int4pack_mm` (bf16 activations); gemlite (PyPI, Triton; timed where "
                   "installed, at the M values its autotuning budget allowed).", "",
@@ -270,7 +270,7 @@ def render_markdown(report: dict) -> str:
                                   peers=[("gemlite_ms", "gemlite (ms)"), ("triton_ms", "Triton (ms)"),
                                          ("cuda_gemv_ms", "CUDA GEMV (ms)"),
                                          ("cc_gemv_ms", "CUDA-core GEMV (ms)"),
-                                         ("ws_gemv_ms", "WS GEMV (ms)")])]
+                                         ("ws_gemv_ms", "WS GEMV (ms)"), ("ws_gemm_ms", "WS GEMM (ms)")])]
     if "w8a8" in results:
         parts += ["", "## W8A8 (per-channel int8 weights, dynamic per-token int8 activations)", "",
                   "kernel (ms): the path the runtime serves at this M -- compress.runtime's W8A8 layer offers its paths "
