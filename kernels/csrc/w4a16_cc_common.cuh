@@ -43,6 +43,45 @@ __device__ __forceinline__ __half2 dot_word(uint32_t w, uint4 xp, __half2 zc, __
 
 __host__ __device__ constexpr int up_floats(int Kp) { return (Kp / 128 + 3) / 4 * 4; }  // 2^e_b slots, 16-byte padded
 
+// The exponent e_b of a 128-k block whose 8 threads (consecutive lanes) each hold v: the raw 16-bit values x[k .. k + 7]
+// (v[0]) and x[k + 64 .. k + 71] (v[1]); max |x| * 2^-e_b < 128, e_b >= 0. Every lane of the warp must call it (shuffles).
+template <typename T>
+__device__ __forceinline__ int block_exponent(const uint32_t (&v)[2][4]) {
+  float mx = 0.f;
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+    for (int t = 0; t < 4; ++t)
+      mx = fmaxf(mx, fmaxf(fabsf(to_f<T>(v[hh][t] & 0xFFFF)), fabsf(to_f<T>(v[hh][t] >> 16))));
+#pragma unroll
+  for (int m = 4; m > 0; m >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, m));  // the block's 8 lanes
+  int ex = 0;
+  frexpf(mx, &ex);        // mx = f * 2^ex, f in [0.5, 1)
+  return max(0, ex - 7);  // max |x| * 2^-e < 128
+}
+
+// Store a thread's 8 pairs (x[k], x[k + 64]), k = 128 b + o + t (v as for block_exponent), into xs as fp16 pairs, scaled by
+// 2^-e unless `as_is` (fp16 bits kept as they are): piece p of chunk c lands at slot 4c + (p ^ ((c >> 1) & 3)).
+template <typename T>
+__device__ __forceinline__ void store_pairs(const uint32_t (&v)[2][4], int e, bool as_is, uint4* xs, int b, int o) {
+  const float down = ldexpf(1.f, -e);
+  const int j = o >> 4, r0 = o & 15;
+  uint32_t* xw = reinterpret_cast<uint32_t*>(xs);
+#pragma unroll
+  for (int t = 0; t < 8; ++t) {
+    const uint32_t lo = (v[0][t >> 1] >> (16 * (t & 1))) & 0xFFFF, hi = (v[1][t >> 1] >> (16 * (t & 1))) & 0xFFFF;
+    uint32_t word;
+    if (as_is) {
+      word = lo | (hi << 16);
+    } else {
+      const __half2 h = __floats2half2_rn(to_f<T>(lo) * down, to_f<T>(hi) * down);
+      word = *reinterpret_cast<const uint32_t*>(&h);
+    }
+    const int r = r0 + t, c = b * 4 + (r >> 2), p = r & 3;
+    xw[(c * 4 + (p ^ ((c >> 1) & 3))) * 4 + j] = word;
+  }
+}
+
 // Stage x (K values, Kp = K rounded up to 128) in one pass by `nthreads` threads (whole warps: they run shuffles),
 // thread `tid` of them. Thread i takes k = 128b + o .. +7 and the same 8 positions + 64 (o < 64), i.e. 8 whole half2
 // pairs (x[k], x[k + 64]); the 8 threads of block b agree on its exponent e_b by shuffles (max |x| * 2^-e_b <= 128)
@@ -64,35 +103,9 @@ __device__ __forceinline__ void stage_x(const uint16_t* x, int K, int Kp, uint4*
       if (i < Kp / 16 && k < K) q = __ldg(reinterpret_cast<const uint4*>(x + k));
       v[hh][0] = q.x; v[hh][1] = q.y; v[hh][2] = q.z; v[hh][3] = q.w;
     }
-    float mx = 0.f;
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
-      for (int t = 0; t < 4; ++t)
-        mx = fmaxf(mx, fmaxf(fabsf(to_f<T>(v[hh][t] & 0xFFFF)), fabsf(to_f<T>(v[hh][t] >> 16))));
-#pragma unroll
-    for (int m = 4; m > 0; m >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, m));  // the block's 8 lanes
-    int ex = 0;
-    frexpf(mx, &ex);               // mx = f * 2^ex, f in [0.5, 1)
-    const int e = max(0, ex - 7);  // max |x| * 2^-e < 128
+    const int e = block_exponent<T>(v);
     if (i < Kp / 16) {
-      const float down = ldexpf(1.f, -e);
-      const bool as_is = std::is_same<T, __half>::value && e == 0;  // fp16 needing no scaling: the bits as they are
-      const int j = o >> 4, r0 = o & 15;
-      uint32_t* xw = reinterpret_cast<uint32_t*>(xs);
-#pragma unroll
-      for (int t = 0; t < 8; ++t) {
-        const uint32_t lo = (v[0][t >> 1] >> (16 * (t & 1))) & 0xFFFF, hi = (v[1][t >> 1] >> (16 * (t & 1))) & 0xFFFF;
-        uint32_t word;
-        if (as_is) {
-          word = lo | (hi << 16);
-        } else {
-          const __half2 h = __floats2half2_rn(to_f<T>(lo) * down, to_f<T>(hi) * down);
-          word = *reinterpret_cast<const uint32_t*>(&h);
-        }
-        const int r = r0 + t, c = b * 4 + (r >> 2), p = r & 3;
-        xw[(c * 4 + (p ^ ((c >> 1) & 3))) * 4 + j] = word;
-      }
+      store_pairs<T>(v, e, std::is_same<T, __half>::value && e == 0, xs, b, o);  // fp16 needing no scaling: as it is
       if ((i & 7) == 0) s_up[b] = ldexpf(1.f, e);
     }
   }

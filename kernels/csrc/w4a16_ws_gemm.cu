@@ -94,38 +94,11 @@ __device__ __forceinline__ void permute_x(uint4* xs, float* s_up, int M, int K, 
       if (in && k < K) q = xm[k / 8];
       v[hh][0] = q.x; v[hh][1] = q.y; v[hh][2] = q.z; v[hh][3] = q.w;
     }
-    int e = 0;
-    if constexpr (!std::is_same<T, __half>::value) {
-      float mx = 0.f;
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
-        for (int t = 0; t < 4; ++t)
-          mx = fmaxf(mx, fmaxf(fabsf(to_f<T>(v[hh][t] & 0xFFFF)), fabsf(to_f<T>(v[hh][t] >> 16))));
-#pragma unroll
-      for (int s = 4; s > 0; s >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, s));  // the block's 8 lanes
-      int ex = 0;
-      frexpf(mx, &ex);
-      e = max(0, ex - 7);  // max |x| * 2^-e < 128
-    }
+    // fp16 goes in as it is (the mma sums in fp32); bf16 is scaled into fp16's range per block.
+    const int e = std::is_same<T, __half>::value ? 0 : block_exponent<T>(v);
     __syncwarp();  // every lane has read its block before any lane writes it
     if (in) {
-      const float down = ldexpf(1.f, -e);
-      const int jj = o >> 4, r0 = o & 15;
-      uint32_t* xw = reinterpret_cast<uint32_t*>(xm);
-#pragma unroll
-      for (int t = 0; t < 8; ++t) {
-        const uint32_t lo = (v[0][t >> 1] >> (16 * (t & 1))) & 0xFFFF, hi = (v[1][t >> 1] >> (16 * (t & 1))) & 0xFFFF;
-        uint32_t word;
-        if constexpr (std::is_same<T, __half>::value) {
-          word = lo | (hi << 16);
-        } else {
-          const __half2 h = __floats2half2_rn(to_f<T>(lo) * down, to_f<T>(hi) * down);
-          word = *reinterpret_cast<const uint32_t*>(&h);
-        }
-        const int r = r0 + t, c = b * 4 + (r >> 2), p = r & 3;
-        xw[(c * 4 + (p ^ ((c >> 1) & 3))) * 4 + jj] = word;
-      }
+      store_pairs<T>(v, e, std::is_same<T, __half>::value, xm, b, o);
       if ((i & 7) == 0) s_up[m * UPF + b] = ldexpf(1.f, e);
     }
     __syncwarp();
@@ -386,18 +359,7 @@ int launch(Args a, int ns_max, int xkb, bool pdl, int max_grid, cudaStream_t str
   if (max_grid > 0) groups = min(groups, max(1, max_grid / a.ks));
   if (groups < 1) return -5;
   const int grid = groups * a.ks;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3((C + 1) * 32);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  e = cudaLaunchKernelEx(&cfg, kernel, a);
-  return e != cudaSuccess ? (int)e : (int)cudaGetLastError();
+  return launch_ex(kernel, a, grid, (C + 1) * 32, smem, pdl, stream);
 }
 
 template <int C, int RT, int U, int NS, int XKB>

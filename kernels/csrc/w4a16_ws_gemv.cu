@@ -277,18 +277,7 @@ int launch(Args a, bool pdl, int max_grid, cudaStream_t stream) {
   if (per_sm < 1) return -5;
   int grid = min(a.n_rg, sms * per_sm);
   if (max_grid > 0) grid = min(grid, max_grid);
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3((C + 1) * 32);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  e = cudaLaunchKernelEx(&cfg, kernel, a);
-  return e != cudaSuccess ? (int)e : (int)cudaGetLastError();
+  return launch_ex(kernel, a, grid, (C + 1) * 32, smem, pdl, stream);
 }
 
 template <int C, int R, int U, int NS>

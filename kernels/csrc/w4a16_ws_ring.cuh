@@ -154,4 +154,22 @@ __device__ __forceinline__ void dequant_pairs(uint32_t w, uint32_t nlo, uint32_t
 __device__ __forceinline__ uint32_t neg_lo(uint32_t z2) { return 0xE400E400u | z2; }
 __device__ __forceinline__ uint32_t neg_hi(uint32_t z2) { return 0xD400D400u + (z2 << 4); }
 
+// Host: launch `kernel(a)` on `grid` CTAs of `threads`, with programmatic dependent launch when `pdl`. Returns 0 or the
+// cudaError_t of the launch.
+template <typename Kernel, typename A>
+inline int launch_ex(Kernel kernel, const A& a, int grid, int threads, size_t smem, bool pdl, cudaStream_t stream) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, a);
+  return e != cudaSuccess ? (int)e : (int)cudaGetLastError();
+}
+
 }  // namespace w4ws
