@@ -60,6 +60,14 @@ def test_library_builds_for_hopper_here_and_is_packed_for_the_gpu_machines(tmp_p
     so = ctypes.CDLL(str(lib))
     assert so.w4ws_num_configs() == len(w4a16_ws.CONFIGS)
     assert [tuple(so.w4ws_config(i, f) for f in range(4)) for i in range(len(w4a16_ws.CONFIGS))] == w4a16_ws.CONFIGS
+    # The entry point's checks return before any CUDA call (so they run here); the launcher maps each code to its line.
+    w4a16_ws._bind(so)
+    a = 1 << 12  # an aligned address that is never read: every call below is refused first
+    calls = {-1: (a, 64, 256, 128, 99), -2: (a, 64, 256, 32, 0), -3: (a, 64, 252, 128, 0), -4: (a + 2, 64, 256, 128, 0),
+             -6: (a, 60, 256, 128, 0)}
+    for rc, (x, n, k, g, c) in calls.items():
+        assert so.w4ws_gemv(x, 0, a, a, None, a, n, k, g, c, 0, 0, None) == rc
+        assert rc in w4a16_ws._RC
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
     try:
         import kernel_cache

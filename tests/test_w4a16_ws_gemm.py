@@ -79,6 +79,15 @@ def test_library_builds_for_hopper_here_and_is_packed_for_the_gpu_machines(tmp_p
     so = ctypes.CDLL(str(lib))
     assert so.w4wsm_num_configs() == len(wsm.CONFIGS)
     assert [tuple(so.w4wsm_config(i, f) for f in range(5)) for i in range(len(wsm.CONFIGS))] == wsm.CONFIGS
+    # The entry point's checks return before any CUDA call (so they run here); the launcher maps each code to its line.
+    wsm._bind(so)
+    a = 1 << 12  # an aligned address that is never read: every call below is refused first
+    calls = {-1: (a, a, a, 0, 16, 64, 256, 128, 99), -2: (a, a, a, 0, 16, 64, 256, 32, 0),
+             -3: (a, a, a, 0, 16, 64, 252, 128, 0), -4: (a + 2, a, a, 0, 16, 64, 256, 128, 0),
+             -6: (a, a, a, 0, 16, 60, 256, 128, 0), -7: (a, a, a, 0, 17, 64, 256, 128, 0)}
+    for rc, (x, q, sc, z, m, n, k, g, c) in calls.items():
+        assert so.w4wsm_gemm(x, 0, q, sc, z or None, a, None, None, m, n, k, g, c, 0, 0, None) == rc
+        assert rc in wsm._RC
     got = (ctypes.c_int * 2)()
     for m, k, c in ((16, 4096, 0), (16, 14336, 0), (8, 4096, 0), (3, 28672, 8), (16, 4096, 10), (1, 200, 1)):
         assert so.w4wsm_split(m, k, c, got) == 0

@@ -318,12 +318,7 @@ int w4ws_config(int i, int field) { return CONFIGS[i][field]; }
 int w4ws_gemv(const void* x, int x_is_bf16, const void* q, const void* s, const void* z, void* out, int N, int K,
               int group, int config, int flags, int max_grid, void* stream_) {
   if (config < 0 || config >= NUM_CONFIGS) return -1;
-  if (group != 64 && group != 128) return -2;
-  if (K <= 0 || (K & 7)) return -3;
-  if ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(q) | reinterpret_cast<uintptr_t>(s) |
-       reinterpret_cast<uintptr_t>(z)) & 15)
-    return -4;
-  if (N <= 0 || (N & 7)) return -6;
+  if (const int rc = check_call(x, q, s, z, N, K, group)) return rc;
   Args a;
   a.x = static_cast<const uint16_t*>(x);
   a.q = static_cast<const uint8_t*>(q);

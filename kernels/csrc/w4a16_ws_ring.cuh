@@ -154,6 +154,18 @@ __device__ __forceinline__ void dequant_pairs(uint32_t w, uint32_t nlo, uint32_t
 __device__ __forceinline__ uint32_t neg_lo(uint32_t z2) { return 0xE400E400u | z2; }
 __device__ __forceinline__ uint32_t neg_hi(uint32_t z2) { return 0xD400D400u + (z2 << 4); }
 
+// Host: the checks both WS entry points make before anything runs: 0, or -2 (group not 64 / 128), -3 (K not a positive
+// multiple of 8), -4 (x, q, s or z not 16-byte aligned), -6 (N not a positive multiple of 8).
+inline int check_call(const void* x, const void* q, const void* s, const void* z, int N, int K, int group) {
+  if (group != 64 && group != 128) return -2;
+  if (K <= 0 || (K & 7)) return -3;
+  if ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(q) | reinterpret_cast<uintptr_t>(s) |
+       reinterpret_cast<uintptr_t>(z)) & 15)
+    return -4;
+  if (N <= 0 || (N & 7)) return -6;
+  return 0;
+}
+
 // Host: launch `kernel(a)` on `grid` CTAs of `threads`, with programmatic dependent launch when `pdl`. Returns 0 or the
 // cudaError_t of the launch.
 template <typename Kernel, typename A>
