@@ -30,8 +30,8 @@ from kernels.cuda_build import compile_parallel as cp; d = torch.device('cuda');
                timeout 90 python3 "$here/wsm_ab.py" check "$c" 2>&1 | tail -6 | tee -a "$OUT/wsmcheck.log" && ok="$ok $c"
              done
              export WSM_CONFIGS="$ok"; echo "passing: $ok" | tee -a "$OUT/wsmcheck.log" ;;
-    wsm) [ -n "$(echo $WSM_CONFIGS)" ] && timeout "${WSM_LIMIT:-300}" python3 "$here/wsm_ab.py" time "$OUT/wsm_ab.json" \
-           2>&1 | tee "$OUT/wsm_ab.log" ;;
+    wsm) [ -n "$(echo ${WSM_CONFIGS-x})" ] && timeout "${WSM_LIMIT:-300}" python3 "$here/wsm_ab.py" time "$OUT/wsm_ab.json" \
+           2>&1 | tee "$OUT/wsm_ab.log" ;;  # unset (its own process, call 5): every config; set empty by wsmcheck: none
     table) timeout "${TABLE_LIMIT:-300}" python3 -m compress.bench.kernels ${TABLE_ARGS:---suite w4a16} \
              --output "$OUT/kernels${TABLE_TAG}" 2>&1 | tail -40 > "$OUT/table${TABLE_TAG}.log"; tail -14 "$OUT/table${TABLE_TAG}.log" ;;
     e2e) timeout "${E2E_LIMIT:-300}" python3 -m compress.bench.e2e --synthetic "${E2E_ARCH:-llama-3-8b}" \
