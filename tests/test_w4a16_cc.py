@@ -28,6 +28,37 @@ def rel_err(a, b):
     return ((a.float() - b.float()).norm() / b.float().norm()).item()
 
 
+# Shared by the tests of the one-token CUDA-core and warp-specialized GEMVs and the warp-specialized GEMM
+# (test_w4a16_ws.py, test_w4a16_ws_gemm.py): each keeps a launch-config table in its .cu and in its Python launcher.
+def cuda_config_table(src: Path, fields: int) -> list[tuple[int, ...]]:
+    """The .cu's `CONFIGS[][fields] = {{...}, ...};` table, as tuples."""
+    text = src.read_text()
+    head = f"CONFIGS[][{fields}] = {{"
+    table = text[text.index(head) + len(head):]
+    table = table[: table.index("};")]
+    return [tuple(int(v) for v in t.strip("{} \n").split(",")) for t in table.split("},")]
+
+
+def built_library(module, prefix: str, variant: str, tmp_path, monkeypatch) -> ctypes.CDLL:
+    """Build `module`'s library on this CPU machine for sm_90a (as bench/kernel_cache.py packs it) into tmp_path and
+    load it; its config table (`<prefix>_num_configs`, `<prefix>_config`) must be the launcher's CONFIGS, and the kernel
+    cache must pack (module, variant). Returns the loaded library for the caller's own checks."""
+    monkeypatch.setenv("COMPRESS_KERNEL_CACHE", str(tmp_path))
+    lib = module.compile_variant("90a")
+    assert lib.parent == tmp_path and lib.exists()
+    so = ctypes.CDLL(str(lib))
+    configs, fields = module.CONFIGS, len(module.CONFIGS[0])
+    assert getattr(so, f"{prefix}_num_configs")() == len(configs)
+    assert [tuple(getattr(so, f"{prefix}_config")(i, f) for f in range(fields)) for i in range(len(configs))] == configs
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    try:
+        import kernel_cache
+    finally:
+        sys.path.pop(0)
+    assert (module.__name__.split(".")[-1], variant) in kernel_cache.builds(["w4a16"])
+    return so
+
+
 # ----------------------------------------------------------------------------------------------------- CPU
 def test_launcher_errors_name_the_value_and_the_fix():
     p = make_int4(64, 256, 128, True, torch.float16, "cpu")
@@ -66,28 +97,14 @@ def test_config_override_is_checked(monkeypatch):
 
 
 def test_configs_match_the_cuda_table():
-    src = w4a16_cc.SRC.read_text()
-    table = src[src.index("CONFIGS[][3] = {") + len("CONFIGS[][3] = {"):]
-    table = table[: table.index("};")]
-    assert [tuple(int(v) for v in t.strip("{} ").split(",")) for t in table.split("}, ")] == w4a16_cc.CONFIGS
+    assert cuda_config_table(w4a16_cc.SRC, 3) == w4a16_cc.CONFIGS
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_library_builds_for_hopper_here_and_is_packed_for_the_gpu_machines(tmp_path, monkeypatch):
-    """Built on this CPU machine for sm_90a (as bench/kernel_cache.py packs it), the library loads and its config table
-    is the launcher's."""
-    monkeypatch.setenv("COMPRESS_KERNEL_CACHE", str(tmp_path))
-    lib = w4a16_cc.compile_variant("90a")
-    assert lib.parent == tmp_path and lib.exists()
-    so = ctypes.CDLL(str(lib))
-    assert so.w4cc_num_configs() == len(w4a16_cc.CONFIGS)
-    assert [tuple(so.w4cc_config(i, f) for f in range(3)) for i in range(len(w4a16_cc.CONFIGS))] == w4a16_cc.CONFIGS
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-    try:
-        import kernel_cache
-    finally:
-        sys.path.pop(0)
-    assert ("w4a16_cc", "cc") in kernel_cache.builds(["w4a16"])
+    """Built on this CPU machine for sm_90a (as bench/kernel_cache.py packs it), the library loads, its config table is
+    the launcher's, and the kernel cache packs it."""
+    built_library(w4a16_cc, "w4cc", "cc", tmp_path, monkeypatch)
 
 
 # ----------------------------------------------------------------------------------------------------- GPU

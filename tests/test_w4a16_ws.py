@@ -1,10 +1,7 @@
 """The warp-specialized one-token W4A16 GEMV (kernels/w4a16_ws.py) against the plain-torch reference and its launcher's
 errors. Large and small activations, CUDA graphs and the runtime's path list: tests/test_w4a16_cc.py (`one_token`)."""
 
-import ctypes
 import shutil
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -14,7 +11,7 @@ from kernels import w4a16_ws
 from kernels.cases import make_int4
 from kernels.w4a16 import w4a16_linear_ref
 
-from tests.test_w4a16_cc import TOL, gpu, rel_err
+from tests.test_w4a16_cc import TOL, built_library, cuda_config_table, gpu, rel_err
 
 # (N, K): fewer rows than a row group (8), K not a multiple of 128 (a partial last stage; with group 64 a block whose
 # second group does not exist: K = 200 -> G = 4, K = 136 -> G = 3), one block, more row groups than CTAs, real shapes.
@@ -44,22 +41,14 @@ def test_config_override_is_checked(monkeypatch):
 
 
 def test_configs_match_the_cuda_table():
-    src = w4a16_ws.SRC.read_text()
-    table = src[src.index("CONFIGS[][4] = {") + len("CONFIGS[][4] = {"):]
-    table = table[: table.index("};")]
-    assert [tuple(int(v) for v in t.strip("{} \n").split(",")) for t in table.split("},")] == w4a16_ws.CONFIGS
+    assert cuda_config_table(w4a16_ws.SRC, 4) == w4a16_ws.CONFIGS
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_library_builds_for_hopper_here_and_is_packed_for_the_gpu_machines(tmp_path, monkeypatch):
     """Built on this CPU machine for sm_90a (as bench/kernel_cache.py packs it), the library loads, its config table is
     the launcher's, and the kernel cache packs it."""
-    monkeypatch.setenv("COMPRESS_KERNEL_CACHE", str(tmp_path))
-    lib = w4a16_ws.compile_variant("90a")
-    assert lib.parent == tmp_path and lib.exists()
-    so = ctypes.CDLL(str(lib))
-    assert so.w4ws_num_configs() == len(w4a16_ws.CONFIGS)
-    assert [tuple(so.w4ws_config(i, f) for f in range(4)) for i in range(len(w4a16_ws.CONFIGS))] == w4a16_ws.CONFIGS
+    so = built_library(w4a16_ws, "w4ws", "ws", tmp_path, monkeypatch)
     # The entry point's checks return before any CUDA call (so they run here); the launcher maps each code to its line.
     w4a16_ws._bind(so)
     a = 1 << 12  # an aligned address that is never read: every call below is refused first
@@ -68,12 +57,6 @@ def test_library_builds_for_hopper_here_and_is_packed_for_the_gpu_machines(tmp_p
     for rc, (x, n, k, g, c) in calls.items():
         assert so.w4ws_gemv(x, 0, a, a, None, a, n, k, g, c, 0, 0, None) == rc
         assert rc in w4a16_ws._RC
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-    try:
-        import kernel_cache
-    finally:
-        sys.path.pop(0)
-    assert ("w4a16_ws", "ws") in kernel_cache.builds(["w4a16"])
 
 
 # ----------------------------------------------------------------------------------------------------- GPU

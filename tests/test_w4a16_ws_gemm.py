@@ -3,18 +3,16 @@ launcher's errors, CUDA graphs and the runtime's path list."""
 
 import ctypes
 import shutil
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from compress.errors import CompressError
 from kernels import w4a16_ws_gemm as wsm
-from kernels.cases import make_int4
+from kernels.cases import int4_runtime_layer, make_int4
 from kernels.w4a16 import w4a16_linear_ref
 
-from tests.test_w4a16_cc import TOL, gpu, int4_runtime_layer, rel_err
+from tests.test_w4a16_cc import TOL, built_library, cuda_config_table, gpu, rel_err
 
 # (N, K): fewer rows than a row group, K not a multiple of 128 (a partial last stage; with group 64 a block whose
 # second group does not exist: K = 200 -> G = 4, K = 136 -> G = 3), one block, more row groups than CTAs, real shapes
@@ -48,10 +46,7 @@ def test_config_override_is_checked(monkeypatch):
 
 
 def test_configs_match_the_cuda_table():
-    src = wsm.SRC.read_text()
-    table = src[src.index("CONFIGS[][5] = {") + len("CONFIGS[][5] = {"):]
-    table = table[: table.index("};")]
-    assert [tuple(int(v) for v in t.strip("{} \n").split(",")) for t in table.split("},")] == wsm.CONFIGS
+    assert cuda_config_table(wsm.SRC, 5) == wsm.CONFIGS
 
 
 def test_k_splits_where_x_exceeds_the_budget_and_shared_memory_follows_the_chunk():
@@ -73,12 +68,7 @@ def test_k_splits_where_x_exceeds_the_budget_and_shared_memory_follows_the_chunk
 def test_library_builds_for_hopper_here_and_is_packed_for_the_gpu_machines(tmp_path, monkeypatch):
     """Built on this CPU machine for sm_90a (as bench/kernel_cache.py packs it), the library loads, its config table is
     the launcher's, and the kernel cache packs it."""
-    monkeypatch.setenv("COMPRESS_KERNEL_CACHE", str(tmp_path))
-    lib = wsm.compile_variant("90a")
-    assert lib.parent == tmp_path and lib.exists()
-    so = ctypes.CDLL(str(lib))
-    assert so.w4wsm_num_configs() == len(wsm.CONFIGS)
-    assert [tuple(so.w4wsm_config(i, f) for f in range(5)) for i in range(len(wsm.CONFIGS))] == wsm.CONFIGS
+    so = built_library(wsm, "w4wsm", "wsm", tmp_path, monkeypatch)
     # The entry point's checks return before any CUDA call (so they run here); the launcher maps each code to its line.
     wsm._bind(so)
     a = 1 << 12  # an aligned address that is never read: every call below is refused first
@@ -92,12 +82,6 @@ def test_library_builds_for_hopper_here_and_is_packed_for_the_gpu_machines(tmp_p
     for m, k, c in ((16, 4096, 0), (16, 14336, 0), (8, 4096, 0), (3, 28672, 8), (16, 4096, 10), (1, 200, 1)):
         assert so.w4wsm_split(m, k, c, got) == 0
         assert (got[0], got[1]) == (wsm.split(m, k, c)[0], 16 * wsm.CONFIGS[c][1])
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-    try:
-        import kernel_cache
-    finally:
-        sys.path.pop(0)
-    assert ("w4a16_ws_gemm", "wsm") in kernel_cache.builds(["w4a16"])
 
 
 # ----------------------------------------------------------------------------------------------------- GPU
