@@ -1,9 +1,11 @@
 // Shared by the one-token W4A16 GEMVs that do their math on the CUDA cores' fp16 pipes or feed mma.sync from the same
-// staged activations (w4a16_cc_gemv.cu, w4a16_ws_gemv.cu): the LOP3 dequantization of a compress.int4 word, the fp16
-// dot product of one word, and the staging of x. w4a16_cc_gemv.cu's header explains the math and the layout of x.
+// staged activations (w4a16_cc_gemv.cu, w4a16_ws_gemv.cu) and the warp-specialized GEMM (w4a16_ws_gemm.cu): the LOP3
+// dequantization of a compress.int4 word, the fp16 dot product of one word, the staging of x, and their launch.
+// w4a16_cc_gemv.cu's header explains the math and the layout of x.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_runtime.h>
 #include <stdint.h>
 
 #include <type_traits>
@@ -109,6 +111,24 @@ __device__ __forceinline__ void stage_x(const uint16_t* x, int K, int Kp, uint4*
       if ((i & 7) == 0) s_up[b] = ldexpf(1.f, e);
     }
   }
+}
+
+// Host: launch `kernel(a)` on `grid` CTAs of `threads`, with programmatic dependent launch when `pdl`. Returns 0 or the
+// cudaError_t of the launch.
+template <typename Kernel, typename A>
+inline int launch_ex(Kernel kernel, const A& a, int grid, int threads, size_t smem, bool pdl, cudaStream_t stream) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, a);
+  return e != cudaSuccess ? (int)e : (int)cudaGetLastError();
 }
 
 }  // namespace w4cc

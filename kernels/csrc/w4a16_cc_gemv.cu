@@ -238,18 +238,7 @@ int launch(Args a, bool pdl, bool persist, cudaStream_t stream) {
     if (e != cudaSuccess) return (int)e;
     grid = max(1, min(grid, sms * max(1, per_sm)));
   }
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(WARPS * 32);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, a);
-  return e != cudaSuccess ? (int)e : (int)cudaGetLastError();
+  return launch_ex(kernel, a, grid, WARPS * 32, smem, pdl, stream);
 }
 
 template <int WARPS, int R, int U>

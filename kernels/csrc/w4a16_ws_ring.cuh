@@ -13,6 +13,7 @@
 
 namespace w4ws {
 
+using w4cc::launch_ex;
 using w4cc::smem_u32;
 
 // ---- mbarriers
@@ -164,24 +165,6 @@ inline int check_call(const void* x, const void* q, const void* s, const void* z
     return -4;
   if (N <= 0 || (N & 7)) return -6;
   return 0;
-}
-
-// Host: launch `kernel(a)` on `grid` CTAs of `threads`, with programmatic dependent launch when `pdl`. Returns 0 or the
-// cudaError_t of the launch.
-template <typename Kernel, typename A>
-inline int launch_ex(Kernel kernel, const A& a, int grid, int threads, size_t smem, bool pdl, cudaStream_t stream) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(threads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, a);
-  return e != cudaSuccess ? (int)e : (int)cudaGetLastError();
 }
 
 }  // namespace w4ws
