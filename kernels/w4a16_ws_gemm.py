@@ -162,21 +162,23 @@ def _check(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: 
 
 def supports(x2: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None,
              group_size: int) -> bool:
-    """True when `w4a16_ws_gemm` can run this call here: 2..16 CUDA tokens, the launcher's checks, x and two ring
-    stages within an SM's shared memory, and a successful build. Never raises."""
+    """True when `w4a16_ws_gemm` can run this call here: 2..16 CUDA tokens, the launcher's checks, a successful build,
+    and a K chunk of x with two ring stages within an SM's shared memory. Never raises: a bad config override is left
+    to the launch, whose one-line error the runtime's path table records (as for the one-token GEMVs)."""
     k = x2.shape[-1]
     m = x2.numel() // k if k else 0
     if not enabled() or x2.device.type != "cuda" or not 2 <= m <= MAX_M or k % 8:
         return False
     try:
         _, n, _ = _check(x2, qweight, scales, zeros, group_size)
-        config = config_for(n, k, m, w4a16_cuda.gpu_name(x2.device))
-        if not fits(m, k, config, group_size, zeros is not None, x2.device):
-            return False
         build(x2.device)
     except CompressError:
         return False  # no nvcc or a failed build: the other int4 paths serve (w4a16_cuda says why, once)
-    return True
+    try:
+        config = config_for(n, k, m, w4a16_cuda.gpu_name(x2.device))
+    except CompressError:
+        return True  # a bad COMPRESS_W4A16_WS_GEMM_CONFIG: the launch raises it and the path table reports it
+    return fits(m, k, config, group_size, zeros is not None, x2.device)
 
 
 def _launch(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None, group_size: int,

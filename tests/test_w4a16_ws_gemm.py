@@ -179,3 +179,18 @@ def test_runtime_offers_the_path_at_2_to_16_tokens_only():
     table.run(("t",), mod.kernel_paths(x), x.device)
     timed = table.timings[("t",)]
     assert "cuda_ws_gemm" in timed and not any("cuda_ws_gemm (" in key for key in timed)
+
+
+@gpu
+def test_a_bad_config_override_is_reported_not_swallowed(monkeypatch):
+    """COMPRESS_W4A16_WS_GEMM_CONFIG out of range: the path is still offered, its launch fails with the one-line error,
+    and the path table records that line (the other paths serve)."""
+    from compress.runtime.paths import PathTable
+
+    mod = int4_runtime_layer(1024, 4096, False, "cuda", seed=6)
+    x = torch.randn(8, 4096, device="cuda").half()
+    monkeypatch.setenv("COMPRESS_W4A16_WS_GEMM_CONFIG", "99")
+    assert "cuda_ws_gemm" in dict(mod.kernel_paths(x))
+    table = PathTable()
+    table.run(("t",), mod.kernel_paths(x), x.device)
+    assert "COMPRESS_W4A16_WS_GEMM_CONFIG='99' is not a config index 0..11" in table.timings[("t",)]["cuda_ws_gemm (failed)"]
