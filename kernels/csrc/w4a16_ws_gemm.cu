@@ -177,15 +177,15 @@ __global__ void __launch_bounds__((C + 1) * 32) w4wsm_kernel(const Args a) {
           // their tokens' 2^e_b.
           uint4 xb[MT][4];
           float up[MT][2];
+          // Tokens past M read token M - 1 (no predicates): their columns are computed and never stored.
 #pragma unroll
           for (int nt = 0; nt < MT; ++nt) {
-            const int m = nt * 8 + g;
+            const int m = min(nt * 8 + g, a.M - 1);
 #pragma unroll
-            for (int q = 0; q < 4; ++q) xb[nt][q] = m < a.M ? xs[m * XS + c * 4 + (q ^ sw)] : make_uint4(0, 0, 0, 0);
+            for (int q = 0; q < 4; ++q) xb[nt][q] = xs[m * XS + c * 4 + (q ^ sw)];
+            if constexpr (!std::is_same<T, __half>::value) {  // fp16 x is staged as it is: 2^e_b = 1
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const int mc = nt * 8 + 2 * tq + h;
-              up[nt][h] = mc < a.M ? s_up[mc * UPF + B] : 0.f;
+              for (int h = 0; h < 2; ++h) up[nt][h] = s_up[min(nt * 8 + 2 * tq + h, a.M - 1) * UPF + B];
             }
           }
           const int gl0 = (G64 ? 2 * B : B) - g0;
@@ -231,10 +231,14 @@ __global__ void __launch_bounds__((C + 1) * 32) w4wsm_kernel(const Args a) {
             for (int nt = 0; nt < MT; ++nt) {
 #pragma unroll
               for (int i = 0; i < 4; ++i) {
-                const float u = up[nt][i & 1];
-                float v = d[nt][0][i] * (i < 2 ? sa0 : sb0);
-                if constexpr (G64) v = fmaf(d[nt][1][i], i < 2 ? sa1 : sb1, v);
-                acc[rt][nt][i] = fmaf(v, u, acc[rt][nt][i]);
+                if constexpr (std::is_same<T, __half>::value) {
+                  acc[rt][nt][i] = fmaf(d[nt][0][i], i < 2 ? sa0 : sb0, acc[rt][nt][i]);
+                  if constexpr (G64) acc[rt][nt][i] = fmaf(d[nt][1][i], i < 2 ? sa1 : sb1, acc[rt][nt][i]);
+                } else {
+                  float v = d[nt][0][i] * (i < 2 ? sa0 : sb0);
+                  if constexpr (G64) v = fmaf(d[nt][1][i], i < 2 ? sa1 : sb1, v);
+                  acc[rt][nt][i] = fmaf(v, up[nt][i & 1], acc[rt][nt][i]);
+                }
               }
             }
           }
