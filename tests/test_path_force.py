@@ -28,3 +28,51 @@ def test_forced_path_wins_where_it_runs_and_matches(monkeypatch):
     monkeypatch.delenv("COMPRESS_PATH_FORCE")
     table.run(("k2", 1, 1, 1, "f"), cands, torch.device("cpu"))
     assert table.choice[("k2", 1, 1, 1, "f")] == "fast"
+
+
+def test_preferred_path_wins_within_its_tolerance_only(monkeypatch):
+    """COMPRESS_PATH_PREFER (default: the warp-specialized int4 GEMV within 10%, session 32): a preferred candidate up to
+    its tolerance slower than the fastest is chosen, and the table says why; a slower one, or a tolerance of 0, is not."""
+    import time
+
+    from compress.runtime.paths import PathTable
+
+    x = torch.ones(4)
+
+    def sleeper(ms):
+        def fn():
+            time.sleep(ms / 1e3)
+            return x * 2
+        return fn
+
+    def choice(cands, prefer=None):
+        if prefer is None:
+            monkeypatch.delenv("COMPRESS_PATH_PREFER", raising=False)
+        else:
+            monkeypatch.setenv("COMPRESS_PATH_PREFER", prefer)
+        table = PathTable()
+        table.measure_on_cpu, table.cpu_samples = True, 5
+        table.run(("k",), cands, torch.device("cpu"))
+        return table.choice[("k",)], table.timings[("k",)]
+
+    close = [("fast", sleeper(20)), ("cuda_ws_gemv", sleeper(21))]
+    got, timings = choice(close)
+    assert got == "cuda_ws_gemv" and timings["cuda_ws_gemv (preferred)"] == "within 10% of fast"
+    assert choice(close, "cuda_ws_gemv:0")[0] == "fast"
+    assert choice(close, "")[0] == "fast"
+    assert choice([("fast", sleeper(20)), ("cuda_ws_gemv", sleeper(30))])[0] == "fast"  # 50% slower
+    assert choice([("fast", sleeper(20)), ("other", sleeper(21))], "other:0.2,cuda_ws_gemv:0.1")[0] == "other"
+
+
+def test_preference_setting_is_checked_with_the_fix(monkeypatch):
+    import pytest
+
+    from compress.errors import CompressError
+    from compress.runtime.paths import PREFER_DEFAULT, preferred_paths
+
+    monkeypatch.delenv("COMPRESS_PATH_PREFER", raising=False)
+    assert preferred_paths() == {"cuda_ws_gemv": 0.1} and PREFER_DEFAULT == "cuda_ws_gemv:0.10"
+    for bad in ("cuda_ws_gemv", "cuda_ws_gemv:lots", "cuda_ws_gemv:2", ":0.1"):
+        monkeypatch.setenv("COMPRESS_PATH_PREFER", bad)
+        with pytest.raises(CompressError, match=r"COMPRESS_PATH_PREFER=.* is not name:tolerance .*use \"\" for none"):
+            preferred_paths()

@@ -10,6 +10,7 @@ kernels keep changing, so fixed thresholds go stale (last session's "dequantize 
 Timing: each candidate once to compile/warm up, then CUDA-event timings of single calls, each after
 the L2 cache is overwritten and the GPU is kept busy (so the host's launch cost stays out), taken in
 rounds over the candidates, median per candidate.
+A preferred candidate (`preferred_paths`) wins whenever its time is within its tolerance of the fastest.
 Every layer of one shape shares the decision. During CUDA-graph capture nothing is measured (a key
 not seen before takes the first candidate); on a CPU the first candidate always runs, unless
 `measure_on_cpu` is set (tests: the same selection logic, timed with the host clock, kernels in
@@ -23,6 +24,8 @@ import time
 from typing import Callable, Sequence
 
 import torch
+
+from compress.errors import CompressError
 
 Candidate = tuple[str, Callable[[], torch.Tensor]]
 
@@ -50,6 +53,35 @@ def forced_paths() -> list[str]:
     the CUDA graph (launches overlapping under PDL) can rank differently from its cold single call (session 7's
     folds, session 11's)."""
     return [n.strip() for n in os.environ.get("COMPRESS_PATH_FORCE", "").split(",") if n.strip()]
+
+
+# Candidates preferred within a tolerance of the fastest single call (name -> tolerance): where a path's time inside a
+# decode step's CUDA graph ranks it differently from its cold single call. Session 32 (H200, synthetic Llama-3-8B
+# W4A16, batch 1, one process, bench/results/h200/kernels_s32/README.md): every int4 layer on the warp-specialized
+# one-token GEMV decodes at 1.805 ms TPOT (twice), the path table's own mix (it at q/k/v and o, the CUDA-core GEMV at
+# gate/up, the tensor-core GEMV at down; their single calls within 6% of each other) at 1.904 ms (three times), the
+# tensor-core GEMV everywhere 1.901, the CUDA-core one 1.991. The kernel table's back-to-back graph timing ranks it
+# first on 6 of the 8 one-token layer shapes too. COMPRESS_PATH_PREFER: "name:tolerance,..." ("" or "0": none).
+PREFER_DEFAULT = "cuda_ws_gemv:0.10"
+
+
+def preferred_paths() -> dict[str, float]:
+    raw = os.environ.get("COMPRESS_PATH_PREFER", PREFER_DEFAULT)
+    out = {}
+    for item in raw.split(","):
+        item = item.strip()
+        if item in ("", "0"):
+            continue
+        name, _, tol = item.partition(":")
+        try:
+            t = float(tol)
+        except ValueError:
+            t = -1.0
+        if not name or not 0 <= t <= 1:
+            raise CompressError(f"COMPRESS_PATH_PREFER={raw!r}: {item!r} is not name:tolerance with a tolerance in 0..1 "
+                                "(e.g. cuda_ws_gemv:0.1); use \"\" for none")
+        out[name] = t
+    return out
 
 
 class PathTable:
@@ -115,6 +147,11 @@ class PathTable:
         for name, got in samples.items():
             times[name] = sorted(got)[len(got) // 2]
         best = min(times, key=times.get)
+        for name, tol in preferred_paths().items():
+            if name != best and times.get(name, float("inf")) <= times[best] * (1 + tol):
+                self.timings.setdefault(key, {})[f"{name} (preferred)"] = f"within {tol:.0%} of {best}"
+                best = name
+                break
         forced = [n for n in forced_paths() if times.get(n, float("inf")) != float("inf")]
         if forced:  # an A/B run asked for it (it ran and matched the first path)
             best = forced[0]
