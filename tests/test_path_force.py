@@ -31,8 +31,9 @@ def test_forced_path_wins_where_it_runs_and_matches(monkeypatch):
 
 
 def test_preferred_path_wins_within_its_tolerance_only(monkeypatch):
-    """COMPRESS_PATH_PREFER (default: the warp-specialized int4 GEMV within 10%, session 32): a preferred candidate up to
-    its tolerance slower than the fastest is chosen, and the table says why; a slower one, or a tolerance of 0, is not."""
+    """COMPRESS_PATH_PREFER (the H200's default: the warp-specialized int4 GEMV within 10%, session 32): a preferred
+    candidate up to its tolerance slower than the fastest is chosen, and the table says why; a slower one, or a tolerance
+    of 0, is not; without a GPU or the variable nothing is preferred."""
     import time
 
     from compress.runtime.paths import PathTable
@@ -56,11 +57,12 @@ def test_preferred_path_wins_within_its_tolerance_only(monkeypatch):
         return table.choice[("k",)], table.timings[("k",)]
 
     close = [("fast", sleeper(20)), ("cuda_ws_gemv", sleeper(21))]
-    got, timings = choice(close)
+    got, timings = choice(close, "cuda_ws_gemv:0.10")
     assert got == "cuda_ws_gemv" and timings["cuda_ws_gemv (preferred)"] == "within 10% of fast"
     assert choice(close, "cuda_ws_gemv:0")[0] == "fast"
     assert choice(close, "")[0] == "fast"
-    assert choice([("fast", sleeper(20)), ("cuda_ws_gemv", sleeper(30))])[0] == "fast"  # 50% slower
+    assert choice(close)[0] == "fast"  # a CPU: no GPU's preference applies
+    assert choice([("fast", sleeper(20)), ("cuda_ws_gemv", sleeper(30))], "cuda_ws_gemv:0.10")[0] == "fast"  # +50%
     assert choice([("fast", sleeper(20)), ("other", sleeper(21))], "other:0.2,cuda_ws_gemv:0.1")[0] == "other"
 
 
@@ -68,10 +70,13 @@ def test_preference_setting_is_checked_with_the_fix(monkeypatch):
     import pytest
 
     from compress.errors import CompressError
-    from compress.runtime.paths import PREFER_DEFAULT, preferred_paths
+    from compress.runtime.paths import preferred_paths
 
     monkeypatch.delenv("COMPRESS_PATH_PREFER", raising=False)
-    assert preferred_paths() == {"cuda_ws_gemv": 0.1} and PREFER_DEFAULT == "cuda_ws_gemv:0.10"
+    assert preferred_paths("NVIDIA H200") == {"cuda_ws_gemv": 0.1}  # measured there (session 32)
+    assert preferred_paths("NVIDIA H100 80GB HBM3") == {} and preferred_paths(None) == {}  # not measured there
+    monkeypatch.setenv("COMPRESS_PATH_PREFER", "cuda_ws_gemv:0.05")
+    assert preferred_paths("NVIDIA H100 80GB HBM3") == {"cuda_ws_gemv": 0.05}
     for bad in ("cuda_ws_gemv", "cuda_ws_gemv:lots", "cuda_ws_gemv:2", ":0.1"):
         monkeypatch.setenv("COMPRESS_PATH_PREFER", bad)
         with pytest.raises(CompressError, match=r"COMPRESS_PATH_PREFER=.* is not name:tolerance .*use \"\" for none"):

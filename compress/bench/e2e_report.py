@@ -131,7 +131,7 @@ def paths_table(models: list[dict]) -> str:
     """Per model: the path the runtime measured fastest for each (layer kind, N, K, M), with the times."""
     lines = ["## Paths chosen per layer shape and M (compress.runtime.paths)", "",
              "Each candidate timed on single calls after overwriting L2 (median, microseconds); the fastest runs, or a "
-             "preferred path within its tolerance of the fastest (compress.runtime.paths.PREFER_DEFAULT).", "",
+             "preferred path within its tolerance of the fastest (compress.runtime.paths.PREFER_BY_GPU).", "",
              "| Model | layer | N x K | M | chosen | candidates (us) |", "|---|---|---|---|---|---|"]
     n = 0
     for m in models:

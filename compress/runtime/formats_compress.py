@@ -125,7 +125,8 @@ class Int4Linear(QuantLinear):
     # session 29) and warp-specialized (w4a16_ws.py, session 30) ones one token, the warp-specialized GEMM
     # (w4a16_ws_gemm.py, session 31) 2-16 tokens where their x fits an SM. Each joins where its `supports` says (a
     # successful build included); PathTable times the paths per (shape, M) and keeps the fastest, or the warp-specialized
-    # GEMV where it is within 10% of it (the fastest family inside a decode step's CUDA graph: paths.PREFER_DEFAULT).
+    # GEMV where it is within 10% of it on an H200 (the fastest family inside a decode step's CUDA graph there:
+    # paths.PREFER_BY_GPU).
     CUDA_PATHS = (("cuda_gemv", "w4a16_cuda", "w4a16_gemv", False), ("cuda_cc_gemv", "w4a16_cc", "w4a16_cc_gemv", True),
                   ("cuda_ws_gemv", "w4a16_ws", "w4a16_ws_gemv", True),
                   ("cuda_ws_gemm", "w4a16_ws_gemm", "w4a16_ws_gemm", False))

@@ -61,12 +61,17 @@ def forced_paths() -> list[str]:
 # one-token GEMV decodes at 1.805 ms TPOT (twice), the path table's own mix (it at q/k/v and o, the CUDA-core GEMV at
 # gate/up, the tensor-core GEMV at down; their single calls within 6% of each other) at 1.904 ms (three times), the
 # tensor-core GEMV everywhere 1.901, the CUDA-core one 1.991. The kernel table's back-to-back graph timing ranks it
-# first on 6 of the 8 one-token layer shapes too. COMPRESS_PATH_PREFER: "name:tolerance,..." ("" or "0": none).
-PREFER_DEFAULT = "cuda_ws_gemv:0.10"
+# first on 6 of the 8 one-token layer shapes too. Per GPU (a key its name holds), as the kernels' measured config
+# tables: only the H200 has been measured; elsewhere no path is preferred. COMPRESS_PATH_PREFER: "name:tolerance,..."
+# overrides it on any GPU ("" or "0": none).
+PREFER_BY_GPU = {"H200": "cuda_ws_gemv:0.10"}
 
 
-def preferred_paths() -> dict[str, float]:
-    raw = os.environ.get("COMPRESS_PATH_PREFER", PREFER_DEFAULT)
+def preferred_paths(gpu: str | None = None) -> dict[str, float]:
+    """Preferred candidates (name -> tolerance) on the GPU named `gpu` (torch.cuda.get_device_name; None: no GPU)."""
+    raw = os.environ.get("COMPRESS_PATH_PREFER")
+    if raw is None:
+        raw = next((v for k, v in PREFER_BY_GPU.items() if gpu and k in gpu), "")
     out = {}
     for item in raw.split(","):
         item = item.strip()
@@ -147,7 +152,8 @@ class PathTable:
         for name, got in samples.items():
             times[name] = sorted(got)[len(got) // 2]
         best = min(times, key=times.get)
-        for name, tol in preferred_paths().items():
+        gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+        for name, tol in preferred_paths(gpu).items():
             if name != best and times.get(name, float("inf")) <= times[best] * (1 + tol):
                 self.timings.setdefault(key, {})[f"{name} (preferred)"] = f"within {tol:.0%} of {best}"
                 best = name
