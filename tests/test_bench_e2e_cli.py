@@ -53,6 +53,18 @@ def test_cli_on_real_model_writes_seed_layout(app, tmp_path):
         assert (out / png).read_bytes()[:4] == b"\x89PNG"
 
 
+def test_tune_paths_flag_is_recorded(app, tmp_path):
+    """--tune-paths runs and is part of the recorded command; stories260K in fp32 on a CPU has no layer with two paths
+    to serve (the GEMV candidates are fp16/bf16), so nothing is tuned and the report has no such table."""
+    out = tmp_path / "e2e"
+    res = CliRunner().invoke(app, ["--checkpoint", STORIES, "--workloads", "tiny:1/8/3", "--runs", "1", "--tune-paths",
+                                   "--output", str(out), "--device", "cpu"])
+    assert res.exit_code == 0, res.output
+    md = (out / "e2e.md").read_text()
+    assert "--runs 1 --tune-paths --device cpu" in md and "## Paths tuned" not in md
+    assert json.loads((out / "e2e.json").read_text())["results"][0]["tuned"] == []
+
+
 def test_json_flag_and_profile(app):
     res = CliRunner().invoke(app, ["--checkpoint", STORIES, "--workloads", "tiny:1/8/3", "--runs", "1", "--json",
                                    "--profile", "--device", "cpu", "--engine", "hf"])

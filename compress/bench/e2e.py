@@ -115,8 +115,10 @@ def run_e2e(
     seed: int = 0,
     command: str | None = None,
     log=print,
+    tune_paths: bool = False,
 ) -> dict:
     """Benchmark every checkpoint (and/or every synthetic format) on every workload; write the report.
+    tune_paths: per workload, choose the decode step's paths by timing the step (compress.runtime.graph_tune).
 
     Returns the JSON document (meta, models, results, profiles) and, under "written", the files.
     """
@@ -153,7 +155,7 @@ def run_e2e(
         label = _label(Path(what)) if kind == "checkpoint" else f"{what}_{fmt}"
         try:
             _bench_model(kind, what, fmt, label, dev, wls, runs, engine, cuda_graphs, seed, profile, copy_bw,
-                         models, results, profiles, log)
+                         models, results, profiles, log, tune_paths)
         except CompressError:
             raise
         except Exception as e:  # one broken model must not cost the others' measurements
@@ -177,7 +179,7 @@ def run_e2e(
 
 
 def _bench_model(kind, what, fmt, label, dev, wls, runs, engine, cuda_graphs, seed, profile, copy_bw, models, results,
-                 profiles, log) -> None:
+                 profiles, log, tune_paths: bool = False) -> None:
     from compress.runtime.paths import TABLE
 
     TABLE.clear()  # each model's report lists the path choices measured for it
@@ -198,7 +200,7 @@ def _bench_model(kind, what, fmt, label, dev, wls, runs, engine, cuda_graphs, se
     log(f"{label}: {info.summary()}; {wbytes / 1e9:.3f} GB of weights per step -> bound {entry['bound_ms']:.3f} ms; "
         f"checks: {entry['checks']}")
     for wl in wls:
-        results.append(measure_workload(model, label, wl, runs, engine, cuda_graphs, seed, log))
+        results.append(measure_workload(model, label, wl, runs, engine, cuda_graphs, seed, log, tune_paths))
         if results[-1].skipped:
             log(f"  {label} {wl.name}: skipped ({results[-1].skipped})")
     if profile:
@@ -208,7 +210,7 @@ def _bench_model(kind, what, fmt, label, dev, wls, runs, engine, cuda_graphs, se
 
 
 def canonical_command(checkpoint, workloads, runs, synthetic, formats, profile, output, device, engine, cuda_graphs,
-                      seed) -> str:
+                      seed, tune_paths: bool = False) -> str:
     """The command line that reproduces a run (recorded in the report), options in a fixed order."""
     parts = ["compress", "bench", "e2e"]
     for c in checkpoint or []:
@@ -220,6 +222,8 @@ def canonical_command(checkpoint, workloads, runs, synthetic, formats, profile, 
     parts += ["--workloads", workloads, "--runs", str(runs)]
     if profile:
         parts.append("--profile")
+    if tune_paths:
+        parts.append("--tune-paths")
     if device != "auto":
         parts += ["--device", device]
     if engine != "auto":
@@ -246,13 +250,14 @@ def e2e(
     engine: Annotated[str, typer.Option(help="auto (fast Llama-family path where supported), fast, or hf (transformers forward).")] = "auto",
     cuda_graphs: Annotated[bool, typer.Option("--cuda-graphs/--no-cuda-graphs", help="Capture prefill/decode as CUDA graphs (GPU).")] = True,
     seed: Annotated[int, typer.Option(help="Seed of the prompts and of synthetic weights.")] = 0,
+    tune_paths: Annotated[bool, typer.Option("--tune-paths", help="Before timing each workload, choose its decode step's paths by timing the step itself (each candidate of each layer shape in turn, graphs re-captured) instead of by single calls; the report lists each choice with the TPOTs it saw. Costs one generation per candidate.")] = False,
 ) -> None:
     """End-to-end generation benchmark: TTFT, TPOT, throughput and peak memory per checkpoint and workload."""
     command = canonical_command(checkpoint, workloads, runs, synthetic.value if synthetic else None, formats, profile,
-                                output, device, engine, cuda_graphs, seed)
+                                output, device, engine, cuda_graphs, seed, tune_paths)
     log = (lambda msg: print(msg, file=sys.stderr)) if json_out else print
     doc = run_e2e(checkpoint, workloads, runs, synthetic.value if synthetic else None, formats, profile, output, device,
-                  engine, cuda_graphs, seed, command, log)
+                  engine, cuda_graphs, seed, command, log, tune_paths)
     if json_out:
         doc.pop("markdown", None)
         print(json.dumps(doc, indent=2))

@@ -46,6 +46,7 @@ class WorkloadResult:
     cuda_graphs: str = ""
     graph_tokens_match: bool | None = None
     skipped: str | None = None
+    tuned: list[dict] = field(default_factory=list)  # --tune-paths: compress.runtime.graph_tune's entries
 
     def stats(self) -> dict[str, dict[str, float]]:
         out = {}
@@ -160,7 +161,9 @@ def logit_checks(model: nn.Module, seed: int, length: int = 16) -> dict:
 
 
 def measure_workload(model: nn.Module, label: str, wl: Workload, runs: int, engine: str, cuda_graphs: bool,
-                     seed: int, log=print) -> WorkloadResult:
+                     seed: int, log=print, tune_paths: bool = False) -> WorkloadResult:
+    """tune_paths: before the timed runs, choose the decode step's paths by timing the step itself
+    (compress.runtime.graph_tune)."""
     res = WorkloadResult(label, wl.name, wl.batch, wl.input_len, wl.output_len)
     max_pos = getattr(model.config, "max_position_embeddings", None)
     if max_pos is not None and wl.input_len + wl.output_len > max_pos:
@@ -173,6 +176,10 @@ def measure_workload(model: nn.Module, label: str, wl: Workload, runs: int, engi
         gen = Generator(model, wl.batch, wl.input_len, wl.output_len, engine=engine, cuda_graphs=cuda_graphs)
         res.engine = gen.engine_name
         gen.warmup(ids)
+        if tune_paths:
+            from compress.runtime.graph_tune import tune_decode_paths
+
+            res.tuned = tune_decode_paths(gen, ids, log=log)
         res.cuda_graphs = gen.graph_note
         for r in range(runs):
             if device.type == "cuda":

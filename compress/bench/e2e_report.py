@@ -142,6 +142,24 @@ def paths_table(models: list[dict]) -> str:
     return "\n".join(lines) if n else ""
 
 
+def tuned_table(results: list[WorkloadResult]) -> str:
+    """--tune-paths: per workload, each decode-step key whose paths were timed inside the step, and what it kept."""
+    rows = [(r, t) for r in results for t in r.tuned]
+    if not rows:
+        return ""
+    lines = ["## Paths tuned inside the decode step (--tune-paths, compress.runtime.graph_tune)", "",
+             "Each candidate served in turn, the other layer shapes as they were; TPOT of a whole generation with the "
+             "graphs re-captured (ms). The fastest is kept and the timed runs above use it.", "",
+             "| Model | workload | layer | N x K | M | single-call pick | kept | TPOT per candidate (ms) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r, t in rows:
+        k = t["key"]
+        tp = ", ".join(f"{n} {v:.3f}" for n, v in t["tpot_ms"].items())
+        lines.append(f"| `{r.model}` | {r.workload} | {k[0]} | {k[1]} x {k[2]} | {k[3]} | {t['before']} | {t['chosen']} | "
+                     f"{tp} |")
+    return "\n".join(lines)
+
+
 def markdown(meta: dict, models: list[dict], results: list[WorkloadResult], profiles: list[dict]) -> str:
     out = ["# Performance Benchmark Results", "", f"**Command:** `{meta['command']}`", "",
            f"**Device:** {meta['device']} · torch {meta['torch']} · transformers {meta['transformers']}"
@@ -157,7 +175,7 @@ def markdown(meta: dict, models: list[dict], results: list[WorkloadResult], prof
                 "### Detailed Results", ""]
         out += [detailed(r) for r in rows if r.runs]
     out += ["---", "", ranking(groups), bound_table(models, results), "", checks_table(models, results), "",
-            paths_table(models), ""]
+            paths_table(models), "", tuned_table(results), ""]
     for p in profiles:
         out += [f"## Profile: `{p['model']}`, one prefill and one decode step of {p['workload']} "
                 f"({p['engine']} engine, eager, {p['device']})", ""]

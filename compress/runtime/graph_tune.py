@@ -1,0 +1,58 @@
+"""Choose a decode step's paths by timing the step itself (`compress bench e2e --tune-paths`).
+
+Why (session 32, bench/results/h200/kernels_s32/README.md): `compress.runtime.paths.PathTable` ranks a layer's
+candidates by cold single calls, each after overwriting L2. Inside a decode step's CUDA graph the launches overlap
+(programmatic dependent launch) and the ranking can differ. On the H200, every int4 layer on the warp-specialized GEMV
+decoded Llama-3-8B at 1.805 ms TPOT, while the single-call picks (within 6% of each other) gave 1.904 ms.
+
+`tune_decode_paths` takes a Generator whose step the path table has already measured (after `warmup`). For each key
+of the step (M = the batch) with more than one candidate that ran and matched, it serves each candidate in turn, the
+other keys as they are. Each trial re-captures the graphs and times a whole generation, and the key keeps the
+fastest TPOT: one pass of coordinate descent, in the table's key order. The table's choices change in place (every
+later engine of the process follows them), and the generator is left warmed up and captured on them.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from compress.runtime.generate import Generator
+from compress.runtime.paths import TABLE, PathTable
+
+
+def decode_keys(table: PathTable, batch: int) -> list[tuple]:
+    """The measured keys of one decode step of `batch` rows (M = batch) with at least two candidates that ran."""
+    return [k for k, t in table.timings.items() if len(k) > 3 and k[3] == batch and len(runnable(table, k)) > 1]
+
+
+def runnable(table: PathTable, key: tuple) -> list[str]:
+    """Candidates of `key` that ran and matched the first (the timings' numeric entries), in the table's order."""
+    return [n for n, v in table.timings.get(key, {}).items() if isinstance(v, (int, float))]
+
+
+def _tpot_ms(gen: Generator, ids: torch.Tensor) -> float:
+    gen.warmup(ids)  # the eager steps follow the table's current choices; then the graphs are captured again
+    return gen.run(ids).tpot_s * 1e3
+
+
+def tune_decode_paths(gen: Generator, ids: torch.Tensor, table: PathTable = TABLE, log=print) -> list[dict]:
+    """Serve each decode key's candidates in turn and keep the one with the fastest TPOT (see the module docstring).
+
+    Returns one entry per tuned key: {"key", "before" (the single-call pick), "chosen", "tpot_ms" {candidate: ms}}."""
+    if gen.output_len < 2:
+        return []
+    out = []
+    for key in decode_keys(table, gen.batch):
+        before = table.choice.get(key)
+        trial = {}
+        for name in runnable(table, key):
+            table.choice[key] = name
+            trial[name] = _tpot_ms(gen, ids)
+        best = min(trial, key=trial.get)
+        table.choice[key] = best
+        out.append({"key": [str(k) for k in key], "before": before, "chosen": best,
+                    "tpot_ms": {n: round(t, 4) for n, t in trial.items()}})
+        log(f"  tuned {key[0]} {key[1]}x{key[2]} M={key[3]}: {before} -> {best} "
+            f"({', '.join(f'{n} {t:.3f}' for n, t in trial.items())} ms TPOT)")
+    gen.warmup(ids)
+    return out

@@ -1,0 +1,65 @@
+"""`compress bench e2e --tune-paths` (compress/runtime/graph_tune.py): a decode step's paths chosen by timing the step.
+On a CPU the path table measures with the host clock (`measure_on_cpu`) and the GPU's candidates run in Triton's
+interpreter: the same selection loop as on a GPU, where the step is a CUDA graph."""
+
+from __future__ import annotations
+
+import torch
+
+from compress.runtime import graph_tune
+from compress.runtime.generate import Generator
+from compress.runtime.paths import TABLE
+from tests.conftest import needs_triton
+from tests.conftest import triton_interpreter_works  # noqa: F401 (the skip condition names it)
+from tests.test_runtime_fastpath import _tiny
+
+
+@needs_triton
+def test_each_candidate_is_served_in_turn_and_the_fastest_kept(monkeypatch):
+    model = _tiny("llama").half()
+    ids = torch.randint(0, 300, (1, 6), generator=torch.Generator().manual_seed(3))
+    monkeypatch.setattr(TABLE, "measure_on_cpu", True)
+    TABLE.clear()
+    try:
+        gen = Generator(model, 1, 6, 2, engine="fast")
+        gen.warmup(ids)
+        keys = graph_tune.decode_keys(TABLE, 1)
+        assert {k[0] for k in keys} >= {"dense"}  # the fp16 layers' GEMV candidates at M = 1
+        assert all(k[3] == 1 for k in keys) and not graph_tune.decode_keys(TABLE, 2)
+        served = []
+        timed = graph_tune._tpot_ms
+
+        def watch(g, i):  # the real trial, recording what each key served during it
+            served.append({k: TABLE.choice[k] for k in keys})
+            return timed(g, i)
+
+        monkeypatch.setattr(graph_tune, "_tpot_ms", watch)
+        picks = {k: TABLE.choice[k] for k in keys}
+        tuned = graph_tune.tune_decode_paths(gen, ids, log=lambda msg: None)
+        assert [tuple(t["key"]) for t in tuned] == [tuple(map(str, k)) for k in keys]
+        trial = 0
+        for k, t in zip(keys, tuned):
+            names = graph_tune.runnable(TABLE, k)
+            assert list(t["tpot_ms"]) == names and len(names) > 1 and t["before"] == picks[k]
+            for name in names:  # this key served each candidate once; the keys before it kept their tuned choice
+                assert served[trial][k] == name
+                assert all(served[trial][j] == tj["chosen"] for j, tj in zip(keys, tuned[: keys.index(k)]))
+                trial += 1
+            assert t["chosen"] == min(t["tpot_ms"], key=t["tpot_ms"].get) == TABLE.choice[k]
+        assert trial == len(served)
+        assert gen.run(ids).tokens.shape == (1, 2)  # left warmed up on the tuned choices
+        # The e2e report's table of them.
+        from compress.bench.e2e_measure import WorkloadResult
+        from compress.bench.e2e_report import tuned_table
+
+        md = tuned_table([WorkloadResult("tiny", "smoke", 1, 6, 2, tuned=tuned)])
+        assert md.startswith("## Paths tuned inside the decode step") and md.count("| `tiny` | smoke | ") == len(keys)
+        assert f"| {tuned[0]['before']} | {tuned[0]['chosen']} |" in md
+    finally:
+        TABLE.clear()
+
+
+def test_nothing_to_tune_without_a_decode_step():
+    model = _tiny("llama")
+    gen = Generator(model, 1, 4, 1, engine="fast")
+    assert graph_tune.tune_decode_paths(gen, torch.zeros(1, 4, dtype=torch.long)) == []
