@@ -6,8 +6,10 @@ candidates by cold single calls, each after overwriting L2. Inside a decode step
 decoded Llama-3-8B at 1.805 ms TPOT, while the single-call picks (within 6% of each other) gave 1.904 ms.
 
 `tune_decode_paths` takes a Generator whose step the path table has already measured (after `warmup`). For each key
-of the step (M = the batch) with more than one candidate that ran and matched, it serves each candidate in turn, the
-other keys as they are. Each trial re-captures the graphs and times a whole generation, and the key keeps the
+of the step (M = the batch) with more than one candidate that ran, matched, and took at most `within` times the
+fastest single call (the in-graph effects measured so far are a few %; a candidate ten times slower, e.g. dequantize
++ cuBLAS at one token, would only cost a slow trial), it serves each such candidate in turn, the other keys as they
+are. Each trial re-captures the graphs and times a whole generation, and the key keeps the
 fastest TPOT: one pass of coordinate descent, in the table's key order. The table's choices change in place (every
 later engine of the process follows them), and the generator is left warmed up and captured on them.
 """
@@ -20,14 +22,19 @@ from compress.runtime.generate import Generator
 from compress.runtime.paths import TABLE, PathTable
 
 
-def decode_keys(table: PathTable, batch: int) -> list[tuple]:
-    """The measured keys of one decode step of `batch` rows (M = batch) with at least two candidates that ran."""
-    return [k for k, t in table.timings.items() if len(k) > 3 and k[3] == batch and len(runnable(table, k)) > 1]
+WITHIN = 1.5  # candidates served: single call at most this many times the fastest's
 
 
-def runnable(table: PathTable, key: tuple) -> list[str]:
-    """Candidates of `key` that ran and matched the first (the timings' numeric entries), in the table's order."""
-    return [n for n, v in table.timings.get(key, {}).items() if isinstance(v, (int, float))]
+def decode_keys(table: PathTable, batch: int, within: float = WITHIN) -> list[tuple]:
+    """The measured keys of one decode step of `batch` rows (M = batch) with at least two candidates to serve."""
+    return [k for k, t in table.timings.items() if len(k) > 3 and k[3] == batch and len(runnable(table, k, within)) > 1]
+
+
+def runnable(table: PathTable, key: tuple, within: float = WITHIN) -> list[str]:
+    """Candidates of `key` that ran and matched the first (the timings' numeric entries) with a single call at most
+    `within` times the fastest's, in the table's order."""
+    t = {n: v for n, v in table.timings.get(key, {}).items() if isinstance(v, (int, float))}
+    return [n for n, v in t.items() if v <= within * min(t.values())] if t else []
 
 
 def _tpot_ms(gen: Generator, ids: torch.Tensor) -> float:
@@ -35,17 +42,18 @@ def _tpot_ms(gen: Generator, ids: torch.Tensor) -> float:
     return gen.run(ids).tpot_s * 1e3
 
 
-def tune_decode_paths(gen: Generator, ids: torch.Tensor, table: PathTable = TABLE, log=print) -> list[dict]:
+def tune_decode_paths(gen: Generator, ids: torch.Tensor, table: PathTable = TABLE, log=print,
+                      within: float = WITHIN) -> list[dict]:
     """Serve each decode key's candidates in turn and keep the one with the fastest TPOT (see the module docstring).
 
     Returns one entry per tuned key: {"key", "before" (the single-call pick), "chosen", "tpot_ms" {candidate: ms}}."""
     if gen.output_len < 2:
         return []
     out = []
-    for key in decode_keys(table, gen.batch):
+    for key in decode_keys(table, gen.batch, within):
         before = table.choice.get(key)
         trial = {}
-        for name in runnable(table, key):
+        for name in runnable(table, key, within):
             table.choice[key] = name
             trial[name] = _tpot_ms(gen, ids)
         best = min(trial, key=trial.get)
