@@ -252,8 +252,8 @@ def _path(cfg: dict) -> str:
 def _ours_w4a16(x, p, gs: int, ref: torch.Tensor | None, method: str = DEFAULT_METHOD) -> dict:
     """Our W4A16 paths on one call: the Triton launcher, the CUDA C++ GEMV where it covers M (<= 64) and built, and at
     one token the CUDA-core GEMV (kernels/w4a16_cc.py) and the warp-specialized GEMV (kernels/w4a16_ws.py), at 2-16 tokens
-    the warp-specialized GEMM (kernels/w4a16_ws_gemm.py). kernel_ms is the fastest (the runtime's PathTable makes the
-    same choice); rel_err the worst."""
+    the warp-specialized GEMM (kernels/w4a16_ws_gemm.py). "ours" is the fastest (the runtime's PathTable makes the
+    same choice); rel_err the worst; "cols" each path's time and the winner's launch, as the table's row columns."""
     from kernels import w4a16_cc, w4a16_cuda, w4a16_ws, w4a16_ws_gemm
     from kernels.w4a16 import _config, w4a16_linear
 
@@ -275,9 +275,9 @@ def _ours_w4a16(x, p, gs: int, ref: torch.Tensor | None, method: str = DEFAULT_M
                 errs.append(_rel_err(launch(x, p["qweight"], p["scales"], p["zeros"], gs), ref))
             plans[key] = planned
     won = min(timed, key=timed.get)
-    return {"ours": timed[won], "triton_ms": tri, "cuda_gemv_ms": timed.get("cuda"), "cc_gemv_ms": timed.get("cc"),
-            "ws_gemv_ms": timed.get("ws"), "ws_gemm_ms": timed.get("wsm"), "rel_err": max(errs) if errs else None,
-            "path": plans[won]()}
+    return {"ours": timed[won], "rel_err": max(errs) if errs else None,
+            "cols": {"triton_ms": tri, "cuda_gemv_ms": timed.get("cuda"), "cc_gemv_ms": timed.get("cc"),
+                     "ws_gemv_ms": timed.get("ws"), "ws_gemm_ms": timed.get("wsm"), "path": plans[won]()}}
 
 
 def w4a16_table_builds(ms: list[int]) -> list[str]:
@@ -365,10 +365,7 @@ def run_w4a16(copy_gbs: float, quick: bool, method: str = DEFAULT_METHOD) -> lis
                 peer = call_ms(lambda t: torch.ops.aten._weight_int4pack_mm(xb, t[0], 128, t[1]), tiny, method)
             gl_ms, gl_err = gl.time(glin, x, want)
             _emit(rows, _row(name, n, k, m, o["ours"], ref, wbytes + 2 * m * (k + n), copy_gbs, rel_err=o["rel_err"],
-                             tinygemm_ms=peer, gemlite_ms=gl_ms, gemlite_rel_err=gl_err, triton_ms=o["triton_ms"],
-                             cuda_gemv_ms=o["cuda_gemv_ms"], cc_gemv_ms=o["cc_gemv_ms"], ws_gemv_ms=o["ws_gemv_ms"],
-                             ws_gemm_ms=o["ws_gemm_ms"],
-                             path=o["path"]))
+                             tinygemm_ms=peer, gemlite_ms=gl_ms, gemlite_rel_err=gl_err, **o["cols"]))
         del p, w, tiny, glin, u
     # Group 64 and asymmetric at decode sizes, for the record.
     for name, n, k in LLAMA_SHAPES[:4]:
@@ -381,10 +378,7 @@ def run_w4a16(copy_gbs: float, quick: bool, method: str = DEFAULT_METHOD) -> lis
                 o = _ours_w4a16(x, p, gs, w4a16_linear_ref(x, p["qweight"], p["scales"], p["zeros"], gs), method)
                 ref = _fp16_ms(x, w, method)
                 _emit(rows, _row(name, n, k, m, o["ours"], ref, wbytes + 2 * m * (k + n), copy_gbs, rel_err=o["rel_err"],
-                                 variant=f"g{gs} {'sym' if sym else 'asym'}", triton_ms=o["triton_ms"],
-                                 cuda_gemv_ms=o["cuda_gemv_ms"], cc_gemv_ms=o["cc_gemv_ms"], ws_gemv_ms=o["ws_gemv_ms"],
-                             ws_gemm_ms=o["ws_gemm_ms"],
-                             path=o["path"]))
+                                 variant=f"g{gs} {'sym' if sym else 'asym'}", **o["cols"]))
     return rows
 
 
