@@ -70,10 +70,12 @@ PREFER_BY_GPU = {"H200": "cuda_ws_gemv:0.10"}
 def preferred_paths(gpu: str | None = None) -> dict[str, float]:
     """Preferred candidates (name -> tolerance) on the GPU named `gpu` (torch.cuda.get_device_name; None: no GPU)."""
     raw = os.environ.get("COMPRESS_PATH_PREFER")
-    if raw is None:
-        raw = next((v for k, v in PREFER_BY_GPU.items() if gpu and k in gpu), "")
+    if raw is None and gpu is not None:
+        from kernels.cuda_build import gpu_key  # the kernels' own lookup of their per-GPU tables
+
+        raw = PREFER_BY_GPU.get(gpu_key(PREFER_BY_GPU, gpu), "")
     out = {}
-    for item in raw.split(","):
+    for item in (raw or "").split(","):
         item = item.strip()
         if item in ("", "0"):
             continue
