@@ -61,7 +61,7 @@ def forced_paths() -> list[str]:
 # one-token GEMV decodes at 1.805 ms TPOT (twice), the path table's own mix (it at q/k/v and o, the CUDA-core GEMV at
 # gate/up, the tensor-core GEMV at down; their single calls within 6% of each other) at 1.904 ms (three times), the
 # tensor-core GEMV everywhere 1.901, the CUDA-core one 1.991. The kernel table's back-to-back graph timing ranks it
-# first on 6 of the 8 one-token layer shapes too. Per GPU (a key its name holds), as the kernels' measured config
+# first on 5 of the 8 one-token layer shapes too. Per GPU (a key its name holds), as the kernels' measured config
 # tables: only the H200 has been measured; elsewhere no path is preferred. COMPRESS_PATH_PREFER: "name:tolerance,..."
 # overrides it on any GPU ("" or "0": none).
 PREFER_BY_GPU = {"H200": "cuda_ws_gemv:0.10"}
