@@ -340,3 +340,22 @@ def test_decode_kernels_compile_for_the_h100():
     if "ptxas" in r.stderr and "not found" in r.stderr.lower():
         pytest.skip("this Triton install has no ptxas")
     assert r.returncode == 0 and "compiled 8" in r.stdout, r.stderr[-2000:]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+def test_recapturing_the_graphs_does_not_grow_gpu_memory():
+    # `--tune-paths` re-captures once per trial. A new warm-up stream per capture got a new cuBLAS workspace each time
+    # (32 MiB on the H200, never freed): 23 trials left 0.97 GB more allocated (session 33).
+    model = _tiny("llama").half().cuda()
+    ids = torch.randint(0, 300, (1, 8), generator=torch.Generator().manual_seed(5)).cuda()
+    gen = Generator(model, 1, 8, 4, engine="fast", cuda_graphs=True)
+    gen.warmup(ids)
+    first = gen.run(ids).tokens
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    for _ in range(4):
+        gen.warmup(ids)
+        assert torch.equal(gen.run(ids).tokens, first)
+    torch.cuda.synchronize()
+    assert gen.graph_note == "on"
+    assert torch.cuda.memory_allocated() - before < 2**20, (before, torch.cuda.memory_allocated())
