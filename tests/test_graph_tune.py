@@ -42,6 +42,11 @@ def test_each_candidate_is_served_in_turn_and_the_fastest_kept(monkeypatch):
 
         monkeypatch.setattr(graph_tune, "_tpot_ms", watch)
         picks = {k: TABLE.choice[k] for k in keys}
+        # A key measured outside the decode step (as the benchmark's per-layer checks do on unfused layers) has
+        # candidates at M = 1 too, but the step never serves it: it costs no trial.
+        x = torch.ones(4)
+        TABLE.run(("dense", 4, 4, 1, "elsewhere"), [("a", lambda: x * 1), ("b", lambda: x * 1)], torch.device("cpu"))
+        assert ("dense", 4, 4, 1, "elsewhere") in graph_tune.decode_keys(TABLE, 1, inf)
         tuned = graph_tune.tune_decode_paths(gen, ids, log=lambda msg: None, within=inf)
         assert [tuple(t["key"]) for t in tuned] == [tuple(map(str, k)) for k in keys]
         trial = 0

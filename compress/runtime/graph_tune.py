@@ -6,8 +6,9 @@ candidates by cold single calls, each after overwriting L2. Inside a decode step
 decoded Llama-3-8B at 1.805 ms TPOT, while the single-call picks (within 6% of each other) gave 1.904 ms.
 
 `tune_decode_paths` takes a Generator whose step the path table has already measured (after `warmup`). For each key
-of the step (M = the batch) with more than one candidate that ran, matched, and took at most `within` times the
-fastest single call (the in-graph effects measured so far are a few %; a candidate ten times slower, e.g. dequantize
+the decode step serves (M = the batch; recorded over one more warm-up, so that keys measured elsewhere, e.g. by the
+benchmark's per-layer checks on unfused layers, cost no trials) with more than one candidate that ran, matched, and
+took at most `within` times the fastest single call (the in-graph effects measured so far are a few %; a candidate ten times slower, e.g. dequantize
 + cuBLAS at one token, would only cost a slow trial), it serves each such candidate in turn, the other keys as they
 are. Each trial re-captures the graphs and times a whole generation, and the key keeps the
 fastest TPOT: one pass of coordinate descent, in the table's key order. The table's choices change in place (every
@@ -25,9 +26,11 @@ from compress.runtime.paths import TABLE, PathTable
 WITHIN = 1.5  # candidates served: single call at most this many times the fastest's
 
 
-def decode_keys(table: PathTable, batch: int, within: float = WITHIN) -> list[tuple]:
-    """The measured keys of one decode step of `batch` rows (M = batch) with at least two candidates to serve."""
-    return [k for k, t in table.timings.items() if len(k) > 3 and k[3] == batch and len(runnable(table, k, within)) > 1]
+def decode_keys(table: PathTable, batch: int, within: float = WITHIN, used: set | None = None) -> list[tuple]:
+    """The measured keys of one decode step of `batch` rows (M = batch) with at least two candidates to serve; only
+    those in `used` when given (the keys a warm-up served, PathTable.recording)."""
+    return [k for k, t in table.timings.items() if len(k) > 3 and k[3] == batch and (used is None or k in used)
+            and len(runnable(table, k, within)) > 1]
 
 
 def runnable(table: PathTable, key: tuple, within: float = WITHIN) -> list[str]:
@@ -49,8 +52,10 @@ def tune_decode_paths(gen: Generator, ids: torch.Tensor, table: PathTable = TABL
     Returns one entry per tuned key: {"key", "before" (the single-call pick), "chosen", "tpot_ms" {candidate: ms}}."""
     if gen.output_len < 2:
         return []
+    with table.recording() as used:
+        gen.warmup(ids)
     out = []
-    for key in decode_keys(table, gen.batch, within):
+    for key in decode_keys(table, gen.batch, within, used):
         before = table.choice.get(key)
         trial = {}
         for name in runnable(table, key, within):

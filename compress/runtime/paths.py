@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable, Sequence
+from contextlib import contextmanager
+from typing import Callable, Iterator, Sequence
 
 import torch
 
@@ -98,6 +99,16 @@ class PathTable:
         self._flush: dict[torch.device, torch.Tensor] = {}
         self.measure_on_cpu = False
         self.cpu_samples = 1  # host-clock samples per candidate when measuring on a CPU (tests)
+        self._touched: set[tuple] | None = None  # keys that `run` served with a choice to make, while recording
+
+    @contextmanager
+    def recording(self) -> Iterator[set[tuple]]:
+        """The keys with more than one candidate that `run` serves inside the block (e.g. one decode step's)."""
+        self._touched = touched = set()
+        try:
+            yield touched
+        finally:
+            self._touched = None
 
     def enabled(self, device: torch.device) -> bool:
         """Whether callers should offer their alternative paths on `device` (GPU; CPU only in tests)."""
@@ -107,6 +118,8 @@ class PathTable:
         """The output of the chosen candidate for `key` (measuring the candidates first if needed)."""
         if len(candidates) == 1:
             return candidates[0][1]()
+        if self._touched is not None:
+            self._touched.add(key)
         name = self.choice.get(key)
         if name is None:
             if not self.enabled(device) or (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
