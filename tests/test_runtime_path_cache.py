@@ -45,6 +45,9 @@ def test_the_chosen_path_runs_without_listing_the_paths_again(measured_table):
         # The same bytes as listing the paths (the class's method, not the counted one) and running the chosen one.
         assert torch.equal(layer(x), dict(type(layer).kernel_paths(layer, x))[chosen]())
     assert len(calls) == 1  # listed once, for the measurement
+    with measured_table.recording() as used:  # what --tune-paths tunes: the keys a step serves, this way too
+        layer(xs[0])
+    assert used == set(measured_table.choice)
 
 
 def test_a_new_choice_or_new_tensors_list_the_paths_again(measured_table):

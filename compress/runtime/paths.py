@@ -103,7 +103,8 @@ class PathTable:
 
     @contextmanager
     def recording(self) -> Iterator[set[tuple]]:
-        """The keys with more than one candidate that `run` serves inside the block (e.g. one decode step's)."""
+        """The keys with more than one candidate that `run` (or `chosen`) serves inside the block (e.g. a decode
+        step's)."""
         self._touched = touched = set()
         try:
             yield touched
@@ -113,6 +114,14 @@ class PathTable:
     def enabled(self, device: torch.device) -> bool:
         """Whether callers should offer their alternative paths on `device` (GPU; CPU only in tests)."""
         return device.type == "cuda" or self.measure_on_cpu
+
+    def chosen(self, key: tuple) -> str | None:
+        """The path chosen for `key` (None before it is measured), for callers that run it without listing the
+        candidates again (QuantLinear.forward); recorded like `run`'s keys."""
+        name = self.choice.get(key)
+        if name is not None and self._touched is not None:
+            self._touched.add(key)
+        return name
 
     def run(self, key: tuple, candidates: Sequence[Candidate], device: torch.device) -> torch.Tensor:
         """The output of the chosen candidate for `key` (measuring the candidates first if needed)."""

@@ -101,7 +101,7 @@ class QuantLinear(nn.Module):
             # Once the table has chosen a path for this key, run it directly: listing the paths asks each kernel
             # whether it supports the call (shape, dtype and build checks in Python), per call and per path, which an
             # eager decode step would pay for every layer and token. Only a choice the table still holds is followed.
-            chosen = TABLE.choice.get(key)
+            chosen = TABLE.chosen(key)
             run = self._chosen_paths.get((key, chosen)) if chosen is not None else None
             if run is not None:
                 f, args, kw = run
