@@ -43,6 +43,12 @@ TUNED_BY_GPU: dict[str, dict[tuple[int, int], int]] = {
         (8192, 8192): 14,   # 70B q/o: 14.90 -> 11.82 (call 6)
         (28672, 8192): 9,   # 70B gate/up: 49.33 -> 35.40 (calls 3, 5)
         (8192, 28672): 16,  # 70B down: 50.13 -> 37.92 (call 6)
+        # session 33 (bench/results/h200/kernels_s33/ws_graph_cfg.py): fused shapes and a Qwen3 one that had no entry
+        # (so ran DEFAULT_CONFIG), chosen inside the decode step's CUDA graph: TPOT of the synthetic model (batch 1,
+        # every int4 layer on this GEMV) with each config in turn on this shape, ms of this entry against the default's
+        (57344, 8192): 9,   # 70B fused gate_up (8 layers): 1.881 -> 1.661 (call 5; the unfused gate/up's entry)
+        (10240, 8192): 12,  # 70B fused q/k/v: 1.899 -> 1.882 (call 5)
+        (4096, 12288): 14,  # Qwen3-8B down: 2.004 -> 1.964 (call 5)
     },
 }
 _RC = {-1: "bad config index", -2: "group_size not 64/128", -3: "K not a positive multiple of 8",

@@ -38,6 +38,8 @@ def test_config_override_is_checked(monkeypatch):
     assert w4a16_ws.config_for(6144, 4096, "NVIDIA H200") == 2  # measured there
     assert w4a16_ws.config_for(4096, 4096, "NVIDIA H200") == w4a16_ws.DEFAULT_CONFIG
     assert w4a16_ws.config_for(6144, 4096, "NVIDIA H100 80GB HBM3") == w4a16_ws.DEFAULT_CONFIG  # not measured there
+    assert w4a16_ws.config_for(57344, 8192, "NVIDIA H200") == 9  # a fused shape, chosen inside the decode graph
+    assert all(0 <= c < len(w4a16_ws.CONFIGS) for t in w4a16_ws.TUNED_BY_GPU.values() for c in t.values())
 
 
 def test_configs_match_the_cuda_table():
