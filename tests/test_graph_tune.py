@@ -23,16 +23,19 @@ def test_each_candidate_is_served_in_turn_and_the_fastest_kept(monkeypatch):
     try:
         gen = Generator(model, 1, 6, 2, engine="fast")
         gen.warmup(ids)
-        # Interpreted on a CPU, the Triton candidates take 30-200x torch's single call: the default cut (WITHIN, 1.5x
-        # the fastest) serves none of them, so here every candidate is served (within = inf).
+        # The default cut serves the candidates within WITHIN (1.5x) of the fastest single call. Interpreted on a CPU the
+        # Triton candidates take 30-200x torch's, so here every candidate is served (within = inf). (The cut is checked
+        # against the recorded timings, not against a count: host-clock timings on a loaded machine move.)
         inf = float("inf")
-        assert graph_tune.decode_keys(TABLE, 1) == []
         keys = graph_tune.decode_keys(TABLE, 1, inf)
+        assert set(graph_tune.decode_keys(TABLE, 1)) <= set(keys)
         assert {k[0] for k in keys} >= {"dense"}  # the fp16 layers' GEMV candidates at M = 1
         assert all(k[3] == 1 for k in keys) and not graph_tune.decode_keys(TABLE, 2, inf)
         for k in keys:
-            fastest = min(graph_tune.runnable(TABLE, k, inf), key=TABLE.timings[k].get)
-            assert graph_tune.runnable(TABLE, k) == [fastest]
+            t, names = TABLE.timings[k], graph_tune.runnable(TABLE, k, inf)
+            fastest, cut = min(names, key=t.get), graph_tune.runnable(TABLE, k)
+            assert fastest in cut and set(cut) <= set(names)
+            assert all((t[n] <= graph_tune.WITHIN * t[fastest]) == (n in cut) for n in names)
         served = []
         timed = graph_tune._tpot_ms
 
