@@ -9,7 +9,8 @@ copies in flight and the other warps only compute: the CUDA-core GEMV's math, or
 
 Covered: M = 1, K a multiple of 8, N a multiple of 8, group 64 / 128, symmetric and asymmetric, fp16 or bf16
 activations with scales of the same dtype, 16-byte aligned tensors. `supports` answers without raising; the runtime's
-PathTable times it against the other int4 paths per (shape, M) and keeps the fastest. COMPRESS_W4A16_WS=0 turns it off;
+PathTable times it against the other int4 paths per (shape, M) and keeps the fastest (on a shape without a measured
+config, under each of SEARCH_CONFIGS: `candidate_configs`). COMPRESS_W4A16_WS=0 turns it off;
 COMPRESS_W4A16_WS_CONFIG=i forces a launch config (CONFIGS); COMPRESS_W4A16_PDL (kernels/w4a16_cuda.py) picks plain
 launches, programmatic dependent launch, or (the default) the same with the weight copies started before the previous
 kernel is done. The plain-torch reference of the same math is kernels.w4a16.w4a16_linear_ref.
@@ -33,10 +34,13 @@ CONFIGS = [(8, 2, 2, 6), (8, 4, 2, 3), (4, 4, 1, 8), (8, 2, 4, 3), (8, 2, 4, 4),
            (16, 1, 2, 6), (4, 2, 4, 6), (8, 2, 2, 4), (4, 2, 2, 8), (8, 1, 4, 6), (8, 1, 2, 8),
            (8, 16, 2, 6), (8, 16, 2, 4), (4, 16, 2, 6), (8, 16, 4, 3)]
 DEFAULT_CONFIG = 0  # (8, 2, 2, 6): the fastest on the 8B q/o, k/v, gate/up and fused gate_up layers (session 30)
-# Measured fastest config per (N, K) where it is not DEFAULT_CONFIG, per GPU (a key the GPU's name holds).
+# Measured fastest config per (N, K), per GPU (a key the GPU's name holds). A shape without an entry is offered under
+# each of SEARCH_CONFIGS (below) and the runtime's path table keeps the fastest single call.
 TUNED_BY_GPU: dict[str, dict[tuple[int, int], int]] = {
     # session 30 (bench/results/h200/kernels_s30/ws_ab.py, rotate timing, us of this entry against the default's)
     "H200": {
+        # measured fastest at DEFAULT_CONFIG (listed, so that they are not searched again: SEARCH_CONFIGS)
+        (4096, 4096): 0, (1024, 4096): 0, (14336, 4096): 0, (28672, 4096): 0,  # 8B q/o, k/v, gate/up, fused gate_up
         (6144, 4096): 2,    # 8B fused q/k/v: 6.35 -> 5.40 (call 1; 6.36 -> 5.44 call 2)
         (4096, 14336): 9,   # 8B down: 13.23 -> 11.24 (calls 3, 5)
         (1024, 8192): 5,    # 70B k/v: 4.19 -> 3.80 (calls 2, 3)
@@ -49,6 +53,7 @@ TUNED_BY_GPU: dict[str, dict[tuple[int, int], int]] = {
         (57344, 8192): 9,   # 70B fused gate_up (8 layers): 1.881 -> 1.661 (call 5; the unfused gate/up's entry)
         (10240, 8192): 12,  # 70B fused q/k/v: 1.899 -> 1.882 (call 5)
         (4096, 12288): 14,  # Qwen3-8B down: 2.004 -> 1.964 (call 5)
+        (24576, 4096): 0,   # Qwen3-8B fused gate_up: the default, 1.961 (call 5; the next best 14: 1.979)
     },
 }
 _RC = {-1: "bad config index", -2: "group_size not 64/128", -3: "K not a positive multiple of 8",
@@ -60,14 +65,33 @@ def enabled() -> bool:
     return os.environ.get("COMPRESS_W4A16_WS", "1") != "0"
 
 
-def config_for(n: int, k: int, gpu: str | None = None) -> int:
-    """COMPRESS_W4A16_WS_CONFIG if set, else the entry for (N, K) of the GPU named `gpu` (TUNED_BY_GPU), else
-    DEFAULT_CONFIG."""
+# What a shape without a measured config is offered as, as separate path candidates that the runtime's path table times
+# (compress.runtime.formats_compress, compress.runtime.paths): the default and every config an entry of TUNED_BY_GPU
+# holds. Why: session 33's 70B fused gate_up had no entry and ran the default, its decode step 11% slower than with its
+# unfused twin's config (bench/results/h200/kernels_s33/README.md); on a GPU without a table every shape is new.
+SEARCH_CONFIGS = tuple(sorted({DEFAULT_CONFIG, *(c for t in TUNED_BY_GPU.values() for c in t.values())}))
+
+
+def measured_config(n: int, k: int, gpu: str | None = None) -> int | None:
+    """COMPRESS_W4A16_WS_CONFIG if set, else the entry for (N, K) of the GPU named `gpu` (TUNED_BY_GPU), else None."""
     forced = w4a16_cc.env_config("COMPRESS_W4A16_WS_CONFIG", len(CONFIGS))
     if forced is not None:
         return forced
     key = cuda_build.gpu_key(TUNED_BY_GPU, gpu)
-    return TUNED_BY_GPU[key].get((n, k), DEFAULT_CONFIG) if key is not None else DEFAULT_CONFIG
+    return TUNED_BY_GPU[key].get((n, k)) if key is not None else None
+
+
+def config_for(n: int, k: int, gpu: str | None = None) -> int:
+    """The launch config when none is given: `measured_config`, else DEFAULT_CONFIG."""
+    c = measured_config(n, k, gpu)
+    return DEFAULT_CONFIG if c is None else c
+
+
+def candidate_configs(n: int, k: int, gpu: str | None = None) -> list[int]:
+    """The configs to offer the path table for (N, K): the measured one alone, else SEARCH_CONFIGS (the default
+    first)."""
+    c = measured_config(n, k, gpu)
+    return [c] if c is not None else [DEFAULT_CONFIG, *(x for x in SEARCH_CONFIGS if x != DEFAULT_CONFIG)]
 
 
 def describe(config: int) -> str:
@@ -139,22 +163,26 @@ def _launch(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros:
 
 @torch.library.custom_op("compress::w4a16_ws_gemv", mutates_args=())
 def _w4a16_ws_gemv_op(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None,
-                      group_size: int) -> torch.Tensor:
-    return _launch(x, qweight, scales, zeros, group_size)
+                      group_size: int, config: int) -> torch.Tensor:
+    return _launch(x, qweight, scales, zeros, group_size, None if config < 0 else config)
 
 
 @_w4a16_ws_gemv_op.register_fake
-def _(x, qweight, scales, zeros, group_size):
+def _(x, qweight, scales, zeros, group_size, config):
     return x.new_empty(*x.shape[:-1], qweight.shape[0])
 
 
 def w4a16_ws_gemv(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None = None,
-                  group_size: int = 128, bias: torch.Tensor | None = None) -> torch.Tensor:
+                  group_size: int = 128, bias: torch.Tensor | None = None, config: int | None = None) -> torch.Tensor:
     """y = x @ W^T (+ bias) for one token, W in the compress.int4 layout.
 
     x (..., K) fp16/bf16 holding one token, K % 8 == 0; qweight int32 (N, Kp/8), N % 8 == 0; scales (G, N) in x's
-    dtype; zeros uint8 (G, N) or None (symmetric, z = 8). Returns (..., N) in x's dtype.
+    dtype; zeros uint8 (G, N) or None (symmetric, z = 8). config: an index of CONFIGS (None: `config_for`). Returns
+    (..., N) in x's dtype.
     """
+    if config is not None and not 0 <= config < len(CONFIGS):
+        raise CompressError(f"w4a16_ws_gemv: config={config} is not an index of CONFIGS (0..{len(CONFIGS) - 1}); "
+                            "pass None for the measured one")
     _check(x, qweight, scales, zeros, group_size)  # here too: the custom op would wrap the error
-    y = torch.ops.compress.w4a16_ws_gemv(x, qweight, scales, zeros, group_size)
+    y = torch.ops.compress.w4a16_ws_gemv(x, qweight, scales, zeros, group_size, -1 if config is None else int(config))
     return y + bias if bias is not None else y

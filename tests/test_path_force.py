@@ -65,6 +65,33 @@ def test_preferred_path_wins_within_its_tolerance_only(monkeypatch):
     assert choice(close)[0] == "fast"  # a CPU: no GPU's preference applies
     assert choice([("fast", sleeper(20)), ("cuda_ws_gemv", sleeper(60))], "cuda_ws_gemv:0.6")[0] == "fast"  # +200%
     assert choice([("fast", sleeper(20)), ("other", sleeper(26))], "other:0.6,cuda_ws_gemv:0.6")[0] == "other"
+    # A family (one path under several launch configs, paths.family): its fastest member is what is preferred.
+    fam = [("fast", sleeper(20)), ("cuda_ws_gemv", sleeper(60)), ("cuda_ws_gemv#9", sleeper(26))]
+    got, timings = choice(fam, "cuda_ws_gemv:0.6")
+    assert got == "cuda_ws_gemv#9" and timings["cuda_ws_gemv#9 (preferred)"] == "within 60% of fast"
+
+
+def test_a_forced_path_names_its_family(monkeypatch):
+    """COMPRESS_PATH_FORCE=cuda_ws_gemv takes the fastest of the WS GEMV's configs, not the first."""
+    import time
+
+    from compress.runtime.paths import PathTable, family
+
+    assert family(["a", "a#2", "ab", "b#a", "a#"], "a") == ["a", "a#2", "a#"]
+    x = torch.ones(4)
+
+    def sleeper(ms):
+        def fn():
+            time.sleep(ms / 1e3)
+            return x * 2
+        return fn
+
+    monkeypatch.setenv("COMPRESS_PATH_FORCE", "cuda_ws_gemv")
+    table = PathTable()
+    table.measure_on_cpu, table.cpu_samples = True, 3
+    cands = [("fast", sleeper(1)), ("cuda_ws_gemv", sleeper(40)), ("cuda_ws_gemv#9", sleeper(20))]
+    table.run(("k",), cands, torch.device("cpu"))
+    assert table.choice[("k",)] == "cuda_ws_gemv#9"
 
 
 def test_preference_setting_is_checked_with_the_fix(monkeypatch):

@@ -46,6 +46,61 @@ def test_configs_match_the_cuda_table():
     assert cuda_config_table(w4a16_ws.SRC, 4) == w4a16_ws.CONFIGS
 
 
+def test_a_shape_without_a_measured_config_is_offered_under_each_search_config(monkeypatch):
+    """The path table then times the configs (compress.runtime.formats_compress); a measured shape keeps its one."""
+    monkeypatch.delenv("COMPRESS_W4A16_WS_CONFIG", raising=False)
+    search = set(w4a16_ws.SEARCH_CONFIGS)
+    assert w4a16_ws.DEFAULT_CONFIG in search and set(w4a16_ws.TUNED_BY_GPU["H200"].values()) <= search
+    assert w4a16_ws.candidate_configs(6144, 4096, "NVIDIA H200") == [2]
+    assert w4a16_ws.candidate_configs(4096, 4096, "NVIDIA H200") == [w4a16_ws.DEFAULT_CONFIG]  # measured: the default
+    for new in ((4608, 3584, "NVIDIA H200"), (6144, 4096, "NVIDIA H100 80GB HBM3"), (6144, 4096, None)):
+        got = w4a16_ws.candidate_configs(*new)
+        assert got[0] == w4a16_ws.DEFAULT_CONFIG and sorted(got) == sorted(search) and len(set(got)) == len(got)
+    monkeypatch.setenv("COMPRESS_W4A16_WS_CONFIG", "5")  # forced: that one everywhere
+    assert w4a16_ws.candidate_configs(4608, 3584, None) == [5] and w4a16_ws.config_for(4608, 3584) == 5
+
+
+def test_the_runtime_lists_the_search_configs_as_paths_that_rebind(monkeypatch):
+    """A compress.int4 layer's WS GEMV paths on a shape without a measured config (here: no GPU, so no table): one per
+    search config, named for paths.family, each a partial the layer's cached path can rebind (QuantLinear._rebindable).
+    On a GPU `kernel_paths` offers them where the WS GEMV `supports` the call."""
+    from compress.runtime.paths import family
+    from kernels.cases import int4_runtime_layer
+
+    monkeypatch.delenv("COMPRESS_W4A16_WS_CONFIG", raising=False)
+    layer = int4_runtime_layer(64, 256, True, "cpu", seed=1)
+    x2d = torch.randn(1, 256).half()
+    paths = layer._ws_config_paths(x2d, "cuda_ws_gemv", "w4a16_ws_gemv")
+    configs = w4a16_ws.candidate_configs(64, 256, None)
+    assert [n for n, _ in paths] == ["cuda_ws_gemv"] + [f"cuda_ws_gemv#{c}" for c in configs[1:]]
+    assert family([n for n, _ in paths] + ["cuda_gemv"], "cuda_ws_gemv") == [n for n, _ in paths]
+    assert [fn.keywords["config"] for _, fn in paths] == configs
+    assert all(layer._rebindable(fn, x2d) is not None for _, fn in paths)
+    monkeypatch.setenv("COMPRESS_W4A16_WS_CONFIG", "5")
+    (name, fn), = layer._ws_config_paths(x2d, "cuda_ws_gemv", "w4a16_ws_gemv")
+    assert name == "cuda_ws_gemv" and "config" not in fn.keywords  # the launcher looks it up
+
+
+def test_the_custom_op_takes_the_config_and_has_a_fake():
+    """The op's schema carries the config (-1: the measured one): its fake gives the output's shape under FakeTensorMode
+    (torch.compile, CUDA graphs), and the real op reaches the launcher's checks."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    p = make_int4(64, 256, 128, True, torch.float16, "cpu")
+    with FakeTensorMode() as mode:
+        fx, fq, fs = (mode.from_tensor(t) for t in (torch.randn(1, 256).half(), p["qweight"], p["scales"]))
+        out = torch.ops.compress.w4a16_ws_gemv(fx, fq, fs, None, 128, 5)
+    assert out.shape == (1, 64) and out.dtype == torch.float16
+    with pytest.raises(CompressError, match=r"needs CUDA tensors, got cpu"):
+        torch.ops.compress.w4a16_ws_gemv(torch.randn(1, 256).half(), p["qweight"], p["scales"], None, 128, 5)
+
+
+def test_a_bad_config_argument_is_refused_with_the_fix():
+    p = make_int4(64, 256, 128, True, torch.float16, "cpu")
+    with pytest.raises(CompressError, match=r"config=99 is not an index of CONFIGS \(0\.\.16\); pass None"):
+        w4a16_ws.w4a16_ws_gemv(torch.randn(1, 256).half(), p["qweight"], p["scales"], config=99)
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_library_builds_for_hopper_here_and_is_packed_for_the_gpu_machines(tmp_path, monkeypatch):
     """Built on this CPU machine for sm_90a (as bench/kernel_cache.py packs it), the library loads, its config table is
@@ -69,6 +124,20 @@ def test_rows_not_a_multiple_of_8_are_refused_with_the_fix():
     with pytest.raises(CompressError, match=r"out_features=36 is not a multiple of 8; use kernels.w4a16_cc"):
         w4a16_ws.w4a16_ws_gemv(x, p["qweight"], p["scales"])
     assert not w4a16_ws.supports(x, p["qweight"], p["scales"], None, 128)
+
+
+@gpu
+def test_the_config_argument_selects_the_launch_config():
+    """w4a16_ws_gemv(config=c), the custom op the runtime's search paths call, runs config c: the same bytes as the
+    launcher given c, and the reference's values."""
+    n, k = 1024, 14336
+    p = make_int4(n, k, 128, True, torch.float16, "cuda", seed=7)
+    x = torch.randn(1, k, device="cuda", generator=torch.Generator("cuda").manual_seed(7)).half()
+    want = w4a16_linear_ref(x, p["qweight"], p["scales"], None, 128)
+    for c in w4a16_ws.SEARCH_CONFIGS:
+        out = w4a16_ws.w4a16_ws_gemv(x, p["qweight"], p["scales"], config=c)
+        assert torch.equal(out, w4a16_ws._launch(x, p["qweight"], p["scales"], None, 128, config=c))
+        assert rel_err(out, want) < TOL[torch.float16], f"config {c}"
 
 
 @gpu

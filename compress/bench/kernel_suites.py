@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from functools import partial
 from typing import Any, Callable
 
 import torch
@@ -251,9 +252,10 @@ def _path(cfg: dict) -> str:
 
 def _ours_w4a16(x, p, gs: int, ref: torch.Tensor | None, method: str = DEFAULT_METHOD) -> dict:
     """Our W4A16 paths on one call: the Triton launcher, the CUDA C++ GEMV where it covers M (<= 64) and built, and at
-    one token the CUDA-core GEMV (kernels/w4a16_cc.py) and the warp-specialized GEMV (kernels/w4a16_ws.py), at 2-16 tokens
-    the warp-specialized GEMM (kernels/w4a16_ws_gemm.py). "ours" is the fastest (the runtime's PathTable makes the
-    same choice); rel_err the worst; "cols" each path's time and the winner's launch, as the table's row columns."""
+    one token the CUDA-core GEMV (kernels/w4a16_cc.py) and the warp-specialized GEMV (kernels/w4a16_ws.py; on a shape
+    without a measured config, the fastest of its search configs), at 2-16 tokens the warp-specialized GEMM
+    (kernels/w4a16_ws_gemm.py). "ours" is the fastest (the runtime's PathTable makes the same choice); rel_err the worst;
+    "cols" each path's time and the winner's launch, as the table's row columns."""
     from kernels import w4a16_cc, w4a16_cuda, w4a16_ws, w4a16_ws_gemm
     from kernels.w4a16 import _config, w4a16_linear
 
@@ -269,11 +271,19 @@ def _ours_w4a16(x, p, gs: int, ref: torch.Tensor | None, method: str = DEFAULT_M
             ("cc", w4a16_cc, w4a16_cc.w4a16_cc_gemv, lambda: w4a16_cc.planned(n, k, x.device)),
             ("ws", w4a16_ws, w4a16_ws.w4a16_ws_gemv, lambda: w4a16_ws.planned(n, k, x.device)),
             ("wsm", w4a16_ws_gemm, w4a16_ws_gemm.w4a16_ws_gemm, lambda: w4a16_ws_gemm.planned(n, k, m, x.device))):
-        if mod.supports(x, p["qweight"], p["scales"], p["zeros"], gs):
+        if not mod.supports(x, p["qweight"], p["scales"], p["zeros"], gs):
+            continue
+        if key == "ws":  # the configs the runtime offers its path table for this shape (one, where measured)
+            by_cfg = {c: call_ms(lambda p, c=c: launch(x, p["qweight"], p["scales"], p["zeros"], gs, config=c), p, method)
+                      for c in w4a16_ws.candidate_configs(n, k, w4a16_cuda.gpu_name(x.device))}
+            cfg = min(by_cfg, key=by_cfg.get)
+            launch = partial(launch, config=cfg)
+            timed[key], planned = by_cfg[cfg], (lambda cfg=cfg: w4a16_ws.describe(cfg))
+        else:
             timed[key] = call_ms(lambda p: launch(x, p["qweight"], p["scales"], p["zeros"], gs), p, method)
-            if ref is not None:
-                errs.append(_rel_err(launch(x, p["qweight"], p["scales"], p["zeros"], gs), ref))
-            plans[key] = planned
+        if ref is not None:
+            errs.append(_rel_err(launch(x, p["qweight"], p["scales"], p["zeros"], gs), ref))
+        plans[key] = planned
     won = min(timed, key=timed.get)
     return {"ours": timed[won], "rel_err": max(errs) if errs else None,
             "cols": {"triton_ms": tri, "cuda_gemv_ms": timed.get("cuda"), "cc_gemv_ms": timed.get("cc"),

@@ -131,16 +131,31 @@ class Int4Linear(QuantLinear):
                   ("cuda_ws_gemv", "w4a16_ws", "w4a16_ws_gemv", True),
                   ("cuda_ws_gemm", "w4a16_ws_gemm", "w4a16_ws_gemm", False))
 
-    def cuda_path(self, x2d, module: str, launcher: str):
-        return getattr(kb.kernel_module(module), launcher)(x2d, self.qweight, self.scales, self.zeros, self.group_size)
+    def cuda_path(self, x2d, module: str, launcher: str, **kw):
+        return getattr(kb.kernel_module(module), launcher)(x2d, self.qweight, self.scales, self.zeros, self.group_size,
+                                                            **kw)
 
     def kernel_paths(self, x2d):
         paths = [("kernel", partial(self.kernel, x2d)), ("dequant+cublas", partial(self.dequant_cublas, x2d))]
         for name, module, launcher, one_token in self.CUDA_PATHS:
             if (not one_token or x2d.shape[0] == 1) and kb.unavailable(x2d.device, module, "supports") is None and \
                     kb.kernel_module(module).supports(x2d, self.qweight, self.scales, self.zeros, self.group_size):
-                paths.append((name, partial(self.cuda_path, x2d, module, launcher)))
+                if module == "w4a16_ws":
+                    paths += self._ws_config_paths(x2d, name, launcher)
+                else:
+                    paths.append((name, partial(self.cuda_path, x2d, module, launcher)))
         return paths
+
+    def _ws_config_paths(self, x2d, name: str, launcher: str):
+        """The WS GEMV under its measured config, or where (N, K) has none on this GPU, under each of its search configs:
+        `name` (the default config), then `name#c` for config c (paths.family: a preference or a forced path names
+        them all)."""
+        ws, gpu = kb.kernel_module("w4a16_ws"), kb.kernel_module("w4a16_cuda").gpu_name(x2d.device)
+        configs = ws.candidate_configs(self.out_features, self.in_features, gpu)
+        if len(configs) == 1:
+            return [(name, partial(self.cuda_path, x2d, "w4a16_ws", launcher))]
+        return [(name if i == 0 else f"{name}#{c}", partial(self.cuda_path, x2d, "w4a16_ws", launcher, config=c))
+                for i, c in enumerate(configs)]
 
 
 

@@ -48,6 +48,13 @@ def _max_rel(a, b) -> float:
     return float((a - b).norm() / b.norm().clamp_min(1e-30))
 
 
+def family(names, name: str) -> list[str]:
+    """`name` and its variants among `names`: a candidate offered under several launch configs is named `name` for the
+    first and `name#config` for the others (formats_compress: the WS GEMV on a shape without a measured config).
+    A preferred or forced path names its whole family."""
+    return [n for n in names if n == name or n.startswith(name + "#")]
+
+
 def forced_paths() -> list[str]:
     """COMPRESS_PATH_FORCE: candidate names (comma list) chosen wherever offered, if they run and match the first
     path, whatever their single-call time. For same-process A/B runs of a decode step, where a path's time inside
@@ -177,12 +184,15 @@ class PathTable:
             times[name] = sorted(got)[len(got) // 2]
         best = min(times, key=times.get)
         gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
-        for name, tol in preferred_paths(gpu).items():
-            if name != best and times.get(name, float("inf")) <= times[best] * (1 + tol):
+        ran = [n for n, t in times.items() if t != float("inf")]
+        for pref, tol in preferred_paths(gpu).items():
+            fam = family(ran, pref)
+            name = min(fam, key=times.get) if fam else None  # the family's fastest
+            if name is not None and name != best and times[name] <= times[best] * (1 + tol):
                 self.timings.setdefault(key, {})[f"{name} (preferred)"] = f"within {tol:.0%} of {best}"
                 best = name
                 break
-        forced = [n for n in forced_paths() if times.get(n, float("inf")) != float("inf")]
+        forced = [min(fam, key=times.get) for fam in (family(ran, n) for n in forced_paths()) if fam]
         if forced:  # an A/B run asked for it (it ran and matched the first path)
             best = forced[0]
         if times[best] == float("inf"):
