@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from compress.bench.kernel_timing import DEFAULT_METHOD, call_ms
+from compress.errors import CompressError
 from kernels.cases import BENCH_M, LLAMA_SHAPES, make_int4, make_sparse24, make_vptq, make_w8a8, vptq_seed_rows
 
 QUICK_M = [1, 16, 64, 256]
@@ -274,8 +275,16 @@ def _ours_w4a16(x, p, gs: int, ref: torch.Tensor | None, method: str = DEFAULT_M
         if not mod.supports(x, p["qweight"], p["scales"], p["zeros"], gs):
             continue
         if key == "ws":  # the configs the runtime offers its path table for this shape (one, where measured)
-            by_cfg = {c: call_ms(lambda p, c=c: launch(x, p["qweight"], p["scales"], p["zeros"], gs, config=c), p, method)
-                      for c in w4a16_ws.candidate_configs(n, k, w4a16_cuda.gpu_name(x.device))}
+            by_cfg = {}
+            for c in w4a16_ws.candidate_configs(n, k, w4a16_cuda.gpu_name(x.device)):
+                try:  # a search config whose ring and staged x do not fit an SM for this K is refused, as in the runtime
+                    launch(x, p["qweight"], p["scales"], p["zeros"], gs, config=c)  # eager: outside any graph capture
+                except CompressError:
+                    continue
+                by_cfg[c] = call_ms(lambda p, c=c: launch(x, p["qweight"], p["scales"], p["zeros"], gs, config=c), p,
+                                    method)
+            if not by_cfg:
+                continue
             cfg = min(by_cfg, key=by_cfg.get)
             launch = partial(launch, config=cfg)
             timed[key], planned = by_cfg[cfg], (lambda cfg=cfg: w4a16_ws.describe(cfg))
