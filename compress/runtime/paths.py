@@ -123,20 +123,17 @@ class PathTable:
         return device.type == "cuda" or self.measure_on_cpu
 
     def chosen(self, key: tuple) -> str | None:
-        """The path chosen for `key` (None before it is measured), for callers that run it without listing the
-        candidates again (QuantLinear.forward); recorded like `run`'s keys."""
-        name = self.choice.get(key)
-        if name is not None and self._touched is not None:
+        """The path chosen for `key` (None before it is measured), recorded while `recording`: what `run` looks up, and
+        what callers that run the chosen path without listing the candidates again ask (QuantLinear.forward)."""
+        if self._touched is not None:
             self._touched.add(key)
-        return name
+        return self.choice.get(key)
 
     def run(self, key: tuple, candidates: Sequence[Candidate], device: torch.device) -> torch.Tensor:
         """The output of the chosen candidate for `key` (measuring the candidates first if needed)."""
         if len(candidates) == 1:
             return candidates[0][1]()
-        if self._touched is not None:
-            self._touched.add(key)
-        name = self.choice.get(key)
+        name = self.chosen(key)
         if name is None:
             if not self.enabled(device) or (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
                 return candidates[0][1]()
