@@ -8,10 +8,10 @@ decoded Llama-3-8B at 1.805 ms TPOT, while the single-call picks (within 6% of e
 `tune_decode_paths` takes a Generator whose step the path table has already measured (after `warmup`). For each key
 the decode step serves (M = the batch; recorded over one more warm-up, so that keys measured elsewhere, e.g. by the
 benchmark's per-layer checks on unfused layers, cost no trials) with more than one candidate that ran, matched, and
-took at most `within` times the fastest single call (the in-graph effects measured so far are a few %; a candidate ten times slower, e.g. dequantize
-+ cuBLAS at one token, would only cost a slow trial), it serves each such candidate in turn, the other keys as they
-are. Each trial re-captures the graphs and times a whole generation, and the key keeps the
-fastest TPOT: one pass of coordinate descent, in the table's key order. The table's choices change in place (every
+took at most `within` times the fastest single call (the in-graph effects measured so far are a few %; a candidate
+ten times slower, e.g. dequantize + cuBLAS at one token, would only cost a slow trial), it serves each such candidate
+in turn, the other keys as they are. Each trial re-captures the graphs and times a whole generation, and the key keeps
+the fastest TPOT: one pass of coordinate descent, in the table's key order. The table's choices change in place (every
 later engine of the process follows them), and the generator is left warmed up and captured on them.
 """
 
