@@ -35,7 +35,8 @@ CONFIGS = [(8, 2, 2, 6), (8, 4, 2, 3), (4, 4, 1, 8), (8, 2, 4, 3), (8, 2, 4, 4),
            (8, 16, 2, 6), (8, 16, 2, 4), (4, 16, 2, 6), (8, 16, 4, 3)]
 DEFAULT_CONFIG = 0  # (8, 2, 2, 6): the fastest on the 8B q/o, k/v, gate/up and fused gate_up layers (session 30)
 # Measured fastest config per (N, K), per GPU (a key the GPU's name holds). A shape without an entry is offered under
-# each of SEARCH_CONFIGS (below) and the runtime's path table keeps the fastest single call.
+# each of SEARCH_CONFIGS (below); the runtime's path table serves the default config unless another's single call is
+# faster by more than compress.runtime.paths.VARIANT_MARGIN (`compress bench e2e --tune-paths` times them in the graph).
 TUNED_BY_GPU: dict[str, dict[tuple[int, int], int]] = {
     # session 30 (bench/results/h200/kernels_s30/ws_ab.py, rotate timing, us of this entry against the default's)
     "H200": {

@@ -78,6 +78,41 @@ def test_a_forced_path_names_its_family(monkeypatch):
     assert table.choice[("k",)] == "cuda_ws_gemv#9"
 
 
+def test_a_config_variant_needs_a_margin_over_its_default():
+    """paths.family_pick: a variant (name#config) is served instead of its family's head (the default config) only when
+    its single call is faster by more than VARIANT_MARGIN (session 34: smaller single-call wins ranked wrong inside the
+    decode graph); without the head, the fastest variant."""
+    from compress.runtime.paths import VARIANT_MARGIN, family_pick
+
+    names = ["cuda_gemv", "cuda_ws_gemv", "cuda_ws_gemv#9", "cuda_ws_gemv#12"]
+    within = 1 + VARIANT_MARGIN * 0.9
+    beyond = 1 + VARIANT_MARGIN * 1.1
+    t = {"cuda_gemv": 5.0, "cuda_ws_gemv": 10.0 * within, "cuda_ws_gemv#9": 10.0, "cuda_ws_gemv#12": 10.5}
+    assert family_pick(names, t, "cuda_ws_gemv") == "cuda_ws_gemv"
+    assert family_pick(names, dict(t, cuda_ws_gemv=10.0 * beyond), "cuda_ws_gemv") == "cuda_ws_gemv#9"
+    assert family_pick(names[:1] + names[2:], t, "cuda_ws_gemv") == "cuda_ws_gemv#9"  # the head did not run
+    assert family_pick(names, t, "cuda_gemv") == "cuda_gemv" and family_pick(names, t, "other") is None
+
+
+def test_the_table_serves_the_default_config_within_the_margin(monkeypatch):
+    """PathTable: the fastest single call being a config variant within VARIANT_MARGIN (12.5%) of the default config, the
+    default is served; a variant twice as fast is."""
+    from compress.runtime.paths import PathTable
+
+    monkeypatch.delenv("COMPRESS_PATH_FORCE", raising=False)
+    monkeypatch.delenv("COMPRESS_PATH_PREFER", raising=False)
+
+    def choice(cands):
+        table = PathTable()
+        table.measure_on_cpu, table.cpu_samples = True, 5
+        table.run(("k",), cands, torch.device("cpu"))
+        return table.choice[("k",)]
+
+    # Host-clock medians of sleeps: 2 ms of 5% against the 12.5% margin, so a loaded CI machine does not flip them.
+    assert choice([("cuda_ws_gemv", _sleeper(42)), ("cuda_ws_gemv#9", _sleeper(40))]) == "cuda_ws_gemv"
+    assert choice([("cuda_ws_gemv", _sleeper(80)), ("cuda_ws_gemv#9", _sleeper(40))]) == "cuda_ws_gemv#9"
+
+
 def test_preference_setting_is_checked_with_the_fix(monkeypatch):
     import pytest
 

@@ -6,7 +6,8 @@
 # i8: w8a8_i8.py (the CUDA int8 GEMV's dense mode against the runtime's W8A8 paths, I8_MS tokens), $OUT/w8a8_i8.json;
 # w8: kernels_s13/w8a8_sweep.py (the W8A8 GEMM's tiles at W8_MS tokens, W8_SHAPES, W8_VARIANTS), $OUT/w8a8_sweep/;
 # notable: e2e_no_table.py (`compress bench e2e` W4A16 decode_bound on synthetic E2E_ARCH without the WS GEMV's H200
-#   configs: the configs' search, as on an unmeasured GPU), $OUT/e2e_notable_ARCH.
+#   configs: the configs' search, as on an unmeasured GPU; E2E_EXTRA more arguments, e.g. --tune-paths),
+#   $OUT/e2e_notable_ARCH${E2E_TAG}.
 here="$(dirname "$0")"
 for stage in $STAGES; do
   case $stage in
@@ -18,9 +19,10 @@ for stage in $STAGES; do
           | grep -v -E "warn|^ *$" | tee "$OUT/w8a8_sweep${W8_TAG}.log" | grep -E "M=|FAILED|Error|error" | cut -c1-400 ;;
     notable) . "$here/../../h100/device_env.sh" > /dev/null
              timeout "${E2E_LIMIT:-240}" python3 "$here/e2e_no_table.py" --synthetic "${E2E_ARCH:-llama-3-8b}" --formats w4a16 \
-               --workloads decode_bound --runs 3 --output "$OUT/e2e_notable_${E2E_ARCH:-llama-3-8b}" 2>&1 \
+               --workloads decode_bound --runs 3 $E2E_EXTRA --output "$OUT/e2e_notable_${E2E_ARCH:-llama-3-8b}${E2E_TAG}" 2>&1 \
                | grep -v -E "Online softmax|split the reduction|important use case|^softmax|lowering.py|warnings.warn|^ *$|_warn_once" \
-               | tee "$OUT/e2e_notable_${E2E_ARCH:-llama-3-8b}.log" | grep --line-buffered -E "search|TPOT|FAILED|Error|error" | cut -c1-260 ;;
+               | tee "$OUT/e2e_notable_${E2E_ARCH:-llama-3-8b}${E2E_TAG}.log" | grep --line-buffered -E "search|tuned|TPOT|FAILED|Error|error" \
+               | cut -c1-300 ;;
     *) STAGES=$stage bash "$here/../kernels_s33/run.sh" ;;
   esac
   echo "stage $stage done at $SECONDS s"
