@@ -50,7 +50,7 @@ def test_each_candidate_is_served_in_turn_and_the_fastest_kept(monkeypatch):
         x = torch.ones(4)
         TABLE.run(("dense", 4, 4, 1, "elsewhere"), [("a", lambda: x * 1), ("b", lambda: x * 1)], torch.device("cpu"))
         assert ("dense", 4, 4, 1, "elsewhere") in graph_tune.decode_keys(TABLE, 1, inf)
-        tuned = graph_tune.tune_decode_paths(gen, ids, log=lambda msg: None, within=inf)
+        tuned = graph_tune.tune_decode_paths(gen, ids, log=lambda msg: None, within=inf, passes=1)
         assert [tuple(t["key"]) for t in tuned] == [tuple(map(str, k)) for k in keys]
         trial = 0
         for k, t in zip(keys, tuned):
@@ -70,6 +70,42 @@ def test_each_candidate_is_served_in_turn_and_the_fastest_kept(monkeypatch):
         md = tuned_table([WorkloadResult("tiny", "smoke", 1, 6, 2, tuned=tuned)])
         assert md.startswith("## Paths tuned inside the decode step") and md.count("| `tiny` | smoke | ") == len(keys)
         assert f"| {tuned[0]['before']} | {tuned[0]['chosen']} |" in md
+    finally:
+        TABLE.clear()
+
+
+@needs_triton
+def test_a_second_pass_retimes_a_key_after_its_neighbour_changed(monkeypatch):
+    """Two keys whose best paths depend on each other (as launches overlapping under PDL make them): pass 1 keeps the
+    first key's path that is best next to the second's single-call pick, then changes the second; pass 2 re-times the
+    first and changes it; a pass that changes nothing ends the descent. The TPOT of each trial comes from a table of
+    the two keys' choices (the descent's logic, not the timing, is under test; the test above times real trials)."""
+    model = _tiny("llama").half()
+    ids = torch.randint(0, 300, (1, 6), generator=torch.Generator().manual_seed(3))
+    monkeypatch.setattr(TABLE, "measure_on_cpu", True)
+    TABLE.clear()
+    try:
+        gen = Generator(model, 1, 6, 2, engine="fast")
+        gen.warmup(ids)
+        inf = float("inf")
+        keys = graph_tune.decode_keys(TABLE, 1, inf)[:2]
+        assert len(keys) == 2
+        a, b = keys
+        # Two candidates each (the first two that ran), the others served by no trial.
+        cand = {k: graph_tune.runnable(TABLE, k, inf)[:2] for k in keys}
+        monkeypatch.setattr(graph_tune, "decode_keys", lambda *args, **kw: keys)
+        monkeypatch.setattr(graph_tune, "runnable", lambda table, k, within=None: cand[k])
+        (a0, a1), (b0, b1) = cand[a], cand[b]
+        TABLE.choice[a], TABLE.choice[b] = a0, b0
+        tpot = {(a0, b0): 2.0, (a1, b0): 2.1, (a0, b1): 1.9, (a1, b1): 1.8}
+        monkeypatch.setattr(graph_tune, "_tpot_ms", lambda g, i: tpot[(TABLE.choice[a], TABLE.choice[b])])
+        tuned = graph_tune.tune_decode_paths(gen, ids, log=lambda msg: None, within=inf, passes=3)
+        got = [(t["pass"], t["before"], t["chosen"]) for t in tuned]
+        assert got == [(1, a0, a0), (1, b0, b1), (2, a0, a1), (2, b1, b1), (3, a1, a1), (3, b1, b1)]
+        assert (TABLE.choice[a], TABLE.choice[b]) == (a1, b1)
+        TABLE.choice[a], TABLE.choice[b] = a0, b0
+        once = graph_tune.tune_decode_paths(gen, ids, log=lambda msg: None, within=inf, passes=1)
+        assert [t["pass"] for t in once] == [1, 1] and (TABLE.choice[a], TABLE.choice[b]) == (a0, b1)
     finally:
         TABLE.clear()
 

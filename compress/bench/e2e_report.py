@@ -149,14 +149,15 @@ def tuned_table(results: list[WorkloadResult]) -> str:
         return ""
     lines = ["## Paths tuned inside the decode step (--tune-paths, compress.runtime.graph_tune)", "",
              "Each candidate served in turn, the other layer shapes as they were; TPOT of a whole generation with the "
-             "graphs re-captured (ms). The fastest is kept and the timed runs above use it.", "",
-             "| Model | workload | layer | N x K | M | single-call pick | kept | TPOT per candidate (ms) |",
-             "|---|---|---|---|---|---|---|---|"]
+             "graphs re-captured (ms). The fastest is kept and the timed runs above use it. A second pass runs where "
+             "the first changed a choice (\"before\": the single-call pick in pass 1, the first pass's choice in pass 2).",
+             "", "| Model | workload | pass | layer | N x K | M | before | kept | TPOT per candidate (ms) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r, t in rows:
         k = t["key"]
         tp = ", ".join(f"{n} {v:.3f}" for n, v in t["tpot_ms"].items())
-        lines.append(f"| `{r.model}` | {r.workload} | {k[0]} | {k[1]} x {k[2]} | {k[3]} | {t['before']} | {t['chosen']} | "
-                     f"{tp} |")
+        lines.append(f"| `{r.model}` | {r.workload} | {t.get('pass', 1)} | {k[0]} | {k[1]} x {k[2]} | {k[3]} | "
+                     f"{t['before']} | {t['chosen']} | {tp} |")
     return "\n".join(lines)
 
 
