@@ -250,7 +250,7 @@ def e2e(
     engine: Annotated[str, typer.Option(help="auto (fast Llama-family path where supported), fast, or hf (transformers forward).")] = "auto",
     cuda_graphs: Annotated[bool, typer.Option("--cuda-graphs/--no-cuda-graphs", help="Capture prefill/decode as CUDA graphs (GPU).")] = True,
     seed: Annotated[int, typer.Option(help="Seed of the prompts and of synthetic weights.")] = 0,
-    tune_paths: Annotated[bool, typer.Option("--tune-paths", help="Before timing each workload, choose its decode step's paths by timing the step itself (each candidate of each layer shape in turn, graphs re-captured) instead of by single calls; the report lists each choice with the TPOTs it saw. Costs one generation per candidate.")] = False,
+    tune_paths: Annotated[bool, typer.Option("--tune-paths", help="Before timing each workload, choose its decode step's paths by timing the step itself (each candidate of each layer shape in turn, graphs re-captured) instead of by single calls; the report lists each choice with the TPOTs it saw. Costs one generation per candidate, and a second pass where the first changed a choice. Worth it on a GPU the kernels' config tables have not measured (only the H200's are): it also times the int4 GEMV's launch configs in the graph.")] = False,
 ) -> None:
     """End-to-end generation benchmark: TTFT, TPOT, throughput and peak memory per checkpoint and workload."""
     command = canonical_command(checkpoint, workloads, runs, synthetic.value if synthetic else None, formats, profile,
