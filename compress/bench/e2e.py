@@ -116,9 +116,12 @@ def run_e2e(
     command: str | None = None,
     log=print,
     tune_paths: bool = False,
+    save_paths: Path | None = None,
 ) -> dict:
     """Benchmark every checkpoint (and/or every synthetic format) on every workload; write the report.
     tune_paths: per workload, choose the decode step's paths by timing the step (compress.runtime.graph_tune).
+    save_paths: write the path choices of the one model benchmarked as a choices file (COMPRESS_PATH_CHOICES,
+    compress.runtime.paths), for later processes to serve the same paths.
 
     Returns the JSON document (meta, models, results, profiles) and, under "written", the files.
     """
@@ -136,6 +139,11 @@ def run_e2e(
             raise CompressError(f"--checkpoint {c}: not a model folder (no config.json); pass a `compress run` output")
     wls = parse_workloads(workloads)
     fmts = parse_formats(formats) if synthetic else []
+    if save_paths is not None and len(checkpoints) + len(fmts) != 1:
+        raise CompressError(f"--save-paths {save_paths}: needs exactly one model (one --checkpoint, or --synthetic with "
+                            f"one --formats entry), got {len(checkpoints) + len(fmts)}; run one command per model")
+    if save_paths is not None and Path(save_paths).is_dir():
+        raise CompressError(f"--save-paths {save_paths} is a folder; name a file, e.g. {Path(save_paths) / 'paths.json'}")
     dev = _device(device)
     torch.manual_seed(seed)
     if dev.type == "cuda":
@@ -171,11 +179,25 @@ def run_e2e(
         if output is not None:  # after every model, so that an interrupted run keeps what it measured
             e2e_report.write(Path(output), meta, models, results, profiles)
 
+    if save_paths is not None:
+        _save_paths(Path(save_paths), dev, models, log)
     doc = {"meta": meta, "models": models, "results": [r.to_json() for r in results], "profiles": profiles}
     if output is not None:
         doc["written"] = e2e_report.write(Path(output), meta, models, results, profiles)
     doc["markdown"] = e2e_report.markdown(meta, models, results, profiles)
     return doc
+
+
+def _save_paths(path: Path, dev: torch.device, models: list[dict], log) -> None:
+    """--save-paths: the path table's choices for the model just benchmarked (it is cleared per model)."""
+    from compress.runtime.paths import TABLE
+
+    if not models or models[-1].get("error"):
+        log(f"--save-paths {path}: not written, the model failed ({models[-1]['error'] if models else 'no model'})")
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    n = TABLE.save(path, torch.cuda.get_device_name(dev) if dev.type == "cuda" else None)
+    log(f"wrote {n} path choices to {path}; serve them with COMPRESS_PATH_CHOICES={path}")
 
 
 def _bench_model(kind, what, fmt, label, dev, wls, runs, engine, cuda_graphs, seed, profile, copy_bw, models, results,
@@ -210,7 +232,7 @@ def _bench_model(kind, what, fmt, label, dev, wls, runs, engine, cuda_graphs, se
 
 
 def canonical_command(checkpoint, workloads, runs, synthetic, formats, profile, output, device, engine, cuda_graphs,
-                      seed, tune_paths: bool = False) -> str:
+                      seed, tune_paths: bool = False, save_paths: Path | None = None) -> str:
     """The command line that reproduces a run (recorded in the report), options in a fixed order."""
     parts = ["compress", "bench", "e2e"]
     for c in checkpoint or []:
@@ -224,6 +246,8 @@ def canonical_command(checkpoint, workloads, runs, synthetic, formats, profile, 
         parts.append("--profile")
     if tune_paths:
         parts.append("--tune-paths")
+    if save_paths is not None:
+        parts += ["--save-paths", str(save_paths)]
     if device != "auto":
         parts += ["--device", device]
     if engine != "auto":
@@ -251,13 +275,14 @@ def e2e(
     cuda_graphs: Annotated[bool, typer.Option("--cuda-graphs/--no-cuda-graphs", help="Capture prefill/decode as CUDA graphs (GPU).")] = True,
     seed: Annotated[int, typer.Option(help="Seed of the prompts and of synthetic weights.")] = 0,
     tune_paths: Annotated[bool, typer.Option("--tune-paths", help="Before timing each workload, choose its decode step's paths by timing the step itself (each candidate of each layer shape in turn, graphs re-captured) instead of by single calls; the report lists each choice with the TPOTs it saw. Costs one generation per candidate, and a second pass where the first changed a choice. Worth it on a GPU the kernels' config tables have not measured (only the H200's are): it also times the int4 GEMV's launch configs in the graph.")] = False,
+    save_paths: Annotated[Optional[Path], typer.Option("--save-paths", help="Write the path chosen for each layer shape (by --tune-paths where given) to this JSON file. Any later process that runs models through compress.runtime with COMPRESS_PATH_CHOICES=FILE set serves the same paths (each still checked to run and match) instead of the fastest single call, on the same GPU model. Needs exactly one model.")] = None,
 ) -> None:
     """End-to-end generation benchmark: TTFT, TPOT, throughput and peak memory per checkpoint and workload."""
     command = canonical_command(checkpoint, workloads, runs, synthetic.value if synthetic else None, formats, profile,
-                                output, device, engine, cuda_graphs, seed, tune_paths)
+                                output, device, engine, cuda_graphs, seed, tune_paths, save_paths)
     log = (lambda msg: print(msg, file=sys.stderr)) if json_out else print
     doc = run_e2e(checkpoint, workloads, runs, synthetic.value if synthetic else None, formats, profile, output, device,
-                  engine, cuda_graphs, seed, command, log, tune_paths)
+                  engine, cuda_graphs, seed, command, log, tune_paths, save_paths)
     if json_out:
         doc.pop("markdown", None)
         print(json.dumps(doc, indent=2))

@@ -12,6 +12,7 @@ the L2 cache is overwritten and the GPU is kept busy (so the host's launch cost 
 rounds over the candidates, median per candidate.
 A preferred candidate (`preferred_paths`) wins whenever its time is within its tolerance of the fastest. A launch
 config variant of a kernel (`name#config`) wins over the kernel's default config only by more than VARIANT_MARGIN.
+A choices file (COMPRESS_PATH_CHOICES, written by `compress bench e2e --save-paths`) pins the paths it lists.
 Every layer of one shape shares the decision. During CUDA-graph capture nothing is measured (a key
 not seen before takes the first candidate); on a CPU the first candidate always runs, unless
 `measure_on_cpu` is set (tests: the same selection logic, timed with the host clock, kernels in
@@ -20,9 +21,11 @@ Triton's interpreter).
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 import torch
@@ -122,6 +125,44 @@ def preferred_paths(gpu: str | None = None) -> dict[str, float]:
     return out
 
 
+CHOICES_FORMAT = "compress.path_choices/1"
+
+
+def _key_text(key: tuple) -> tuple[str, ...]:
+    """A table key as the choices file writes it (its parts as text)."""
+    return tuple(str(k) for k in key)
+
+
+_saved: dict[tuple[str, str | None], dict[tuple[str, ...], str]] = {}
+
+
+def saved_choices(gpu: str | None) -> dict[tuple[str, ...], str]:
+    """COMPRESS_PATH_CHOICES's choices ({key text: path name}; {} when unset), checked against the GPU named `gpu`."""
+    raw = os.environ.get("COMPRESS_PATH_CHOICES", "")
+    if not raw:
+        return {}
+    if (raw, gpu) in _saved:
+        return _saved[(raw, gpu)]
+    fix = "write it with `compress bench e2e ... --tune-paths --save-paths FILE`, or unset COMPRESS_PATH_CHOICES"
+    try:
+        doc = json.loads(Path(raw).read_text())
+    except OSError as e:
+        raise CompressError(f"COMPRESS_PATH_CHOICES={raw}: cannot read it ({e.strerror}); {fix}") from None
+    except ValueError:
+        raise CompressError(f"COMPRESS_PATH_CHOICES={raw}: not JSON; {fix}") from None
+    if not isinstance(doc, dict) or doc.get("format") != CHOICES_FORMAT or not isinstance(doc.get("choices"), list):
+        raise CompressError(f"COMPRESS_PATH_CHOICES={raw}: not a path choices file ({CHOICES_FORMAT}); {fix}")
+    if doc.get("gpu") != gpu:
+        raise CompressError(f"COMPRESS_PATH_CHOICES={raw}: chosen on {doc.get('gpu') or 'a CPU'}, this is "
+                            f"{gpu or 'a CPU'}; paths rank differently per GPU, so {fix} here")
+    try:
+        out = {tuple(str(k) for k in c["key"]): str(c["chosen"]) for c in doc["choices"]}
+    except (KeyError, TypeError):
+        raise CompressError(f"COMPRESS_PATH_CHOICES={raw}: an entry lacks \"key\" or \"chosen\"; {fix}") from None
+    _saved[(raw, gpu)] = out
+    return out
+
+
 class PathTable:
     def __init__(self):
         self.choice: dict[tuple, str] = {}
@@ -213,6 +254,11 @@ class PathTable:
                 self.timings.setdefault(key, {})[f"{name} (preferred)"] = f"within {tol:.0%} of {best}"
                 best = name
                 break
+        saved = saved_choices(gpu).get(_key_text(key))
+        if saved is not None and saved != best:  # pinned by a choices file, if it ran and matched the first path
+            self.timings.setdefault(key, {})[f"{saved} (saved)"] = \
+                "COMPRESS_PATH_CHOICES" if saved in ran else "COMPRESS_PATH_CHOICES: not offered here, or it failed"
+            best = saved if saved in ran else best
         forced = [n for n in (family_pick(ran, times, f) for f in forced_paths()) if n is not None]
         if forced:  # an A/B run asked for it (it ran and matched the first path)
             best = forced[0]
@@ -245,6 +291,21 @@ class PathTable:
         """Every measured key: its choice and the candidates' times (microseconds)."""
         return [{"layer": k[0], "N": k[1], "K": k[2], "M": k[3], "chosen": self.choice.get(k), "us": t}
                 for k, t in sorted(self.timings.items(), key=lambda kv: tuple(map(str, kv[0])))]
+
+    def save(self, path: Path | str, gpu: str | None) -> int:
+        """Write every choice the table holds as a choices file for COMPRESS_PATH_CHOICES (chosen on the GPU named
+        `gpu`); returns how many. Written whole to a sibling first, then renamed: never half a file."""
+        path = Path(path)
+        doc = {"format": CHOICES_FORMAT, "gpu": gpu,
+               "choices": [{"key": list(_key_text(k)), "chosen": v}
+                           for k, v in sorted(self.choice.items(), key=lambda kv: _key_text(kv[0]))]}
+        tmp = path.with_name(f".{path.name}.partial-{os.getpid()}")
+        try:
+            tmp.write_text(json.dumps(doc, indent=1) + "\n")
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return len(doc["choices"])
 
     def clear(self) -> None:
         self.choice.clear()
