@@ -190,13 +190,13 @@ def run_e2e(
 
 def _save_paths(path: Path, dev: torch.device, models: list[dict], log) -> None:
     """--save-paths: the path table's choices for the model just benchmarked (it is cleared per model)."""
-    from compress.runtime.paths import TABLE
+    from compress.runtime.paths import TABLE, gpu_of
 
     if not models or models[-1].get("error"):
         log(f"--save-paths {path}: not written, the model failed ({models[-1]['error'] if models else 'no model'})")
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    n = TABLE.save(path, torch.cuda.get_device_name(dev) if dev.type == "cuda" else None)
+    n = TABLE.save(path, gpu_of(dev))
     log(f"wrote {n} path choices to {path}; serve them with COMPRESS_PATH_CHOICES={path}")
 
 

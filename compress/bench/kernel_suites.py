@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from compress.bench.kernel_timing import DEFAULT_METHOD, call_ms
 from compress.errors import CompressError
+from compress.runtime.paths import family_pick
 from kernels.cases import BENCH_M, LLAMA_SHAPES, make_int4, make_sparse24, make_vptq, make_w8a8, vptq_seed_rows
 
 QUICK_M = [1, 16, 64, 256]
@@ -254,9 +255,9 @@ def _path(cfg: dict) -> str:
 def _ours_w4a16(x, p, gs: int, ref: torch.Tensor | None, method: str = DEFAULT_METHOD) -> dict:
     """Our W4A16 paths on one call: the Triton launcher, the CUDA C++ GEMV where it covers M (<= 64) and built, and at
     one token the CUDA-core GEMV (kernels/w4a16_cc.py) and the warp-specialized GEMV (kernels/w4a16_ws.py; on a shape
-    without a measured config, the fastest of its search configs), at 2-16 tokens the warp-specialized GEMM
-    (kernels/w4a16_ws_gemm.py). "ours" is the fastest (the runtime's PathTable makes the same choice); rel_err the worst;
-    "cols" each path's time and the winner's launch, as the table's row columns."""
+    without a measured config, the search config the path table would serve, `paths.family_pick`), at 2-16 tokens the
+    warp-specialized GEMM (kernels/w4a16_ws_gemm.py). "ours" is the fastest (the runtime's PathTable makes the same
+    choice); rel_err the worst; "cols" each path's time and the winner's launch, as the table's row columns."""
     from kernels import w4a16_cc, w4a16_cuda, w4a16_ws, w4a16_ws_gemm
     from kernels.w4a16 import _config, w4a16_linear
 
@@ -275,19 +276,22 @@ def _ours_w4a16(x, p, gs: int, ref: torch.Tensor | None, method: str = DEFAULT_M
         if not mod.supports(x, p["qweight"], p["scales"], p["zeros"], gs):
             continue
         if key == "ws":  # the configs the runtime offers its path table for this shape (one, where measured)
-            by_cfg = {}
-            for c in w4a16_ws.candidate_configs(n, k, w4a16_cuda.gpu_name(x.device)):
+            ms, config_of = {}, {}  # by the runtime's path names (formats_compress): "ws", "ws#c"
+            for i, c in enumerate(w4a16_ws.candidate_configs(n, k, w4a16_cuda.gpu_name(x.device))):
                 try:  # a search config whose ring and staged x do not fit an SM for this K is refused, as in the runtime
                     launch(x, p["qweight"], p["scales"], p["zeros"], gs, config=c)  # eager: outside any graph capture
                 except CompressError:
                     continue
-                by_cfg[c] = call_ms(lambda p, c=c: launch(x, p["qweight"], p["scales"], p["zeros"], gs, config=c), p,
-                                    method)
-            if not by_cfg:
+                name = "ws" if i == 0 else f"ws#{c}"
+                config_of[name] = c
+                ms[name] = call_ms(lambda p, c=c: launch(x, p["qweight"], p["scales"], p["zeros"], gs, config=c), p,
+                                   method)
+            if not ms:
                 continue
-            cfg = min(by_cfg, key=by_cfg.get)
+            name = family_pick(list(ms), ms, "ws")  # what the path table serves: VARIANT_MARGIN over the default
+            cfg = config_of[name]
             launch = partial(launch, config=cfg)
-            timed[key], planned = by_cfg[cfg], (lambda cfg=cfg: w4a16_ws.describe(cfg))
+            timed[key], planned = ms[name], (lambda cfg=cfg: w4a16_ws.describe(cfg))
         else:
             timed[key] = call_ms(lambda p: launch(x, p["qweight"], p["scales"], p["zeros"], gs), p, method)
         if ref is not None:

@@ -125,6 +125,11 @@ def preferred_paths(gpu: str | None = None) -> dict[str, float]:
     return out
 
 
+def gpu_of(device: torch.device) -> str | None:
+    """The GPU name the preferences and choices files are keyed by (torch.cuda.get_device_name; None off CUDA)."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else None
+
+
 CHOICES_FORMAT = "compress.path_choices/1"
 
 
@@ -156,7 +161,7 @@ def saved_choices(gpu: str | None) -> dict[tuple[str, ...], str]:
         raise CompressError(f"COMPRESS_PATH_CHOICES={raw}: chosen on {doc.get('gpu') or 'a CPU'}, this is "
                             f"{gpu or 'a CPU'}; paths rank differently per GPU, so {fix} here")
     try:
-        out = {tuple(str(k) for k in c["key"]): str(c["chosen"]) for c in doc["choices"]}
+        out = {_key_text(c["key"]): str(c["chosen"]) for c in doc["choices"]}
     except (KeyError, TypeError):
         raise CompressError(f"COMPRESS_PATH_CHOICES={raw}: an entry lacks \"key\" or \"chosen\"; {fix}") from None
     _saved[(raw, gpu)] = out
@@ -244,7 +249,7 @@ class PathTable:
         for name, got in samples.items():
             times[name] = sorted(got)[len(got) // 2]
         best = min(times, key=times.get)
-        gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+        gpu = gpu_of(device)
         ran = [n for n, t in times.items() if t != float("inf")]
         if "#" in best:  # a launch config variant: its family's head unless it is faster by more than VARIANT_MARGIN
             best = family_pick(ran, times, best.split("#", 1)[0])
