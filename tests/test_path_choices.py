@@ -13,6 +13,7 @@ from compress.runtime import paths
 from compress.runtime.paths import PathTable
 from tests.conftest import needs_triton
 from tests.conftest import triton_interpreter_works  # noqa: F401 (the skip condition names it)
+from tests.test_graph_tune import measured_tiny_step  # noqa: F401 (a fixture)
 from tests.test_path_force import _sleeper
 
 KEY = ("compress.int4[128, True]", 4096, 4096, 1, "torch.float16")
@@ -103,31 +104,23 @@ def test_bad_choices_files_get_one_line_errors_with_the_fix(tmp_path, monkeypatc
 
 
 @needs_triton
-def test_the_runtime_serves_a_saved_choice_through_a_decode_step(tmp_path, monkeypatch):
+def test_the_runtime_serves_a_saved_choice_through_a_decode_step(tmp_path, monkeypatch, measured_tiny_step):
     """The real runtime (a tiny fp16 Llama, its GEMV candidates in Triton's interpreter on the CPU): the choices one
     warm-up made, saved with one key changed to another candidate, are what a later warm-up with the file serves."""
     from compress.runtime.generate import Generator
     from compress.runtime.paths import TABLE
-    from tests.test_runtime_fastpath import _tiny
 
-    model = _tiny("llama").half()
-    ids = torch.randint(0, 300, (1, 6), generator=torch.Generator().manual_seed(3))
-    monkeypatch.setattr(TABLE, "measure_on_cpu", True)
+    model, _, ids = measured_tiny_step
+    key = next(k for k, t in TABLE.timings.items() if len([v for v in t.values() if isinstance(v, float)]) > 1)
+    other = next(n for n, v in TABLE.timings[key].items() if isinstance(v, float) and n != TABLE.choice[key])
+    TABLE.choice[key] = other
+    first = dict(TABLE.choice)
+    f = tmp_path / "paths.json"
+    TABLE.save(f, None)
     TABLE.clear()
-    try:
-        Generator(model, 1, 6, 2, engine="fast").warmup(ids)
-        key = next(k for k, t in TABLE.timings.items() if len([v for v in t.values() if isinstance(v, float)]) > 1)
-        other = next(n for n, v in TABLE.timings[key].items() if isinstance(v, float) and n != TABLE.choice[key])
-        TABLE.choice[key] = other
-        first = dict(TABLE.choice)
-        f = tmp_path / "paths.json"
-        TABLE.save(f, None)
-        TABLE.clear()
-        monkeypatch.setenv("COMPRESS_PATH_CHOICES", str(f))
-        Generator(model, 1, 6, 2, engine="fast").warmup(ids)
-        assert TABLE.choice[key] == other and TABLE.choice == first
-    finally:
-        TABLE.clear()
+    monkeypatch.setenv("COMPRESS_PATH_CHOICES", str(f))
+    Generator(model, 1, 6, 2, engine="fast").warmup(ids)
+    assert TABLE.choice[key] == other and TABLE.choice == first
 
 
 def test_e2e_save_paths(tmp_path):
