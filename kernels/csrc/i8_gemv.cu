@@ -55,6 +55,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "launch_ex.cuh"
 #include "ring_common.cuh"
 
 #ifndef I8_WARPS
@@ -379,18 +380,7 @@ int launch(const Args& a, bool pdl, cudaStream_t stream) {
   const int rc = allow_smem<T, SPARSE, MT>(&limit);
   if (rc != 0) return rc;
   if (smem > limit) return -4;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((a.N + ROWS - 1) / ROWS, a.S);
-  cfg.blockDim = dim3(THREADS);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  const cudaError_t e = cudaLaunchKernelEx(&cfg, i8_gemv_kernel<T, SPARSE, MT>, a);
-  return e != cudaSuccess ? (int)e : (int)cudaGetLastError();
+  return launch_ex(i8_gemv_kernel<T, SPARSE, MT>, a, dim3((a.N + ROWS - 1) / ROWS, a.S), THREADS, smem, pdl, stream);
 }
 
 template <typename T, bool SPARSE>

@@ -51,6 +51,7 @@
 
 #include <type_traits>
 
+#include "launch_ex.cuh"
 #include "ring_common.cuh"
 
 #ifndef SPW_WARPS
@@ -331,18 +332,7 @@ int launch(const Args& a, bool pdl, cudaStream_t stream) {
   const int rc = allow_smem<T>(&limit);
   if (rc != 0) return rc;
   if (smem > limit) return -4;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((a.N + ROWS - 1) / ROWS, a.S);
-  cfg.blockDim = dim3(THREADS);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  const cudaError_t e = cudaLaunchKernelEx(&cfg, sp24_w16_kernel<T>, a);
-  return e != cudaSuccess ? (int)e : (int)cudaGetLastError();
+  return launch_ex(sp24_w16_kernel<T>, a, dim3((a.N + ROWS - 1) / ROWS, a.S), THREADS, smem, pdl, stream);
 }
 
 // ---- probe of the mma.sp m16n8k32 .f16 fragments (kernels/sp24_w16_gemv.py `probe_layout` decodes it).

@@ -10,6 +10,8 @@
 
 #include <type_traits>
 
+#include "launch_ex.cuh"
+
 namespace w4cc {
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
@@ -113,22 +115,6 @@ __device__ __forceinline__ void stage_x(const uint16_t* x, int K, int Kp, uint4*
   }
 }
 
-// Host: launch `kernel(a)` on `grid` CTAs of `threads`, with programmatic dependent launch when `pdl`. Returns 0 or the
-// cudaError_t of the launch.
-template <typename Kernel, typename A>
-inline int launch_ex(Kernel kernel, const A& a, int grid, int threads, size_t smem, bool pdl, cudaStream_t stream) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(threads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, a);
-  return e != cudaSuccess ? (int)e : (int)cudaGetLastError();
-}
+using ::launch_ex;  // launch_ex.cuh
 
 }  // namespace w4cc
