@@ -5,7 +5,8 @@
 # tests, table, e2e, tune, notable, ...):
 # chain: chain_ab.py (the WS GEMV letting the next kernel launch at its start, on a grid capped to leave it room;
 #   CHAIN_ARMS, default all; SHAPES_ARCH picks the model), $OUT/chain${CHAIN_TAG}.json;
-# tree: tree_ab.py (the WS GEMV's "tree" build against the shipped one, single calls), $OUT/tree_ab.json.
+# tree: tree_ab.py (the WS GEMV's "tree" build against the shipped one, single calls), $OUT/tree_ab.json;
+# wsncu: Nsight Compute on ws_ncu_probe.py (the WS GEMV's served config at one token, NCU_SHAPES), $OUT/ws_ncu.txt.
 here="$(dirname "$0")"
 for stage in $STAGES; do
   case $stage in
@@ -16,6 +17,13 @@ for stage in $STAGES; do
     tree) . "$here/../../h100/device_env.sh" > /dev/null
           timeout "${TREE_LIMIT:-200}" python3 "$here/tree_ab.py" "$OUT/tree_ab.json" 2>&1 | grep -v -E "warn|^ *$" \
             | tee "$OUT/tree_ab.log" | cut -c1-250 ;;
+    wsncu) . "$here/../../h100/device_env.sh" > /dev/null
+           timeout "${NCU_LIMIT:-200}" ncu --clock-control none -k regex:"w4ws" --launch-count "${NCU_COUNT:-12}" \
+             --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
+             --section Occupancy --section LaunchStats --section ComputeWorkloadAnalysis --section InstructionStats \
+             python3 "$here/ws_ncu_probe.py" ${NCU_SHAPES} > "$OUT/ws_ncu.txt" 2>&1; echo "ncu rc $?"
+           grep -E "^  [a-z_0-9]+.*\(|Duration|DRAM Throughput|Memory Throughput|Issue Slots Busy|No Eligible|Achieved Occupancy|Registers Per|Stall|call [0-9]" \
+             "$OUT/ws_ncu.txt" | head -60 ;;
     *) STAGES=$stage bash "$here/../kernels_s34/run.sh" ;;
   esac
   echo "stage $stage done at $SECONDS s"
