@@ -29,7 +29,6 @@ BUILDS = ("ws", "tree")
 
 def main() -> None:
     out_path = sys.argv[1]
-    dev = torch.device("cuda")
     gpu = torch.cuda.get_device_name()
     rows = []
     for name, n, k in SHAPES:
@@ -55,7 +54,6 @@ def main() -> None:
         del p, w
         with open(out_path, "w") as f:
             json.dump({"device": gpu, "rows": rows}, f, indent=1)
-    _ = dev
 
 
 if __name__ == "__main__":
