@@ -8,12 +8,13 @@ consumer warp load a block's activation fragments once for several 16-row tiles.
 
 Covered: M = 2..16 tokens (the launcher also takes 1), K a multiple of 8, N a multiple of 8, group 64 / 128, symmetric
 and asymmetric, fp16 or bf16 activations with scales of the same dtype, 16-byte aligned tensors. Where M x K x 2 bytes of
-x are more than a config's budget, K is split over several CTAs per row group (their fp32 sums added in a fixed order
-through a workspace, the same bytes every call). `supports`
-answers without raising; the runtime's PathTable times it against the other int4 paths per (shape, M) and keeps the
-fastest. COMPRESS_W4A16_WS_GEMM=0 turns it off; COMPRESS_W4A16_WS_GEMM_CONFIG=i forces a launch config (CONFIGS);
-COMPRESS_W4A16_PDL (kernels/w4a16_cuda.py) picks the launch mode. The plain-torch reference of the same math is
-kernels.w4a16.w4a16_linear_ref.
+x are more than a config's budget, K is split over several CTAs per row group, their fp32 sums added in chunk order (the
+same bytes every call): through distributed shared memory when the chunks of a row group run as one thread-block cluster
+(2..8 chunks, the cluster reduction), else through a workspace in global memory. `supports` answers without raising;
+the runtime's PathTable times it against the other int4 paths per (shape, M) and keeps the fastest.
+COMPRESS_W4A16_WS_GEMM=0 turns it off; COMPRESS_W4A16_WS_GEMM_CONFIG=i forces a launch config (CONFIGS);
+COMPRESS_W4A16_WS_GEMM_CLUSTER=0 keeps split K on the workspace; COMPRESS_W4A16_PDL (kernels/w4a16_cuda.py) picks the
+launch mode. The plain-torch reference of the same math is kernels.w4a16.w4a16_linear_ref.
 """
 
 from __future__ import annotations
@@ -50,17 +51,28 @@ TUNED_BY_GPU: dict[str, dict[tuple[int, int, int], int]] = {
         (8192, 8192, 8): 6, (8192, 8192, 16): 6,  # 70B q/o: 24.17 / 22.61, 37.64 / 36.32
         (1024, 8192, 2): 2, (1024, 8192, 4): 9, (1024, 8192, 8): 9, (1024, 8192, 16): 6,  # 70B k/v: 8.19 / 6.01, 8.63 /
         # 6.35, 8.66 / 6.15, 8.91 / 8.46
-        (28672, 8192, 2): 3, (28672, 8192, 8): 10, (28672, 8192, 16): 6,  # 70B gate/up: 50.95 / 45.28, 72.29 / 57.65, 124.9 /
-        # 118.7
+        (28672, 8192, 2): 3, (28672, 8192, 16): 6,  # 70B gate/up: 50.95 / 45.28, 124.9 / 118.7
         (8192, 28672, 2): 10, (8192, 28672, 4): 6, (8192, 28672, 8): 6, (8192, 28672, 16): 6,  # 70B down: 60.52 / 56.24,
         # 65.41 / 62.11, 87.42 / 79.26, 182.5 / 150.9
         (6144, 4096, 4): 6, (6144, 4096, 8): 6,  # 8B fused q/k/v: 9.28 / 8.93, 11.59 / 10.49
         (28672, 4096, 2): 3, (28672, 4096, 16): 10,  # 8B fused gate_up: 26.41 / 25.08, 61.19 / 37.73
+        # session 36, bench/results/h200/kernels_s36/cluster_ab.py (call 1, with the cluster reduction): us of the
+        # default / the entry; the other bucket-8 and -16 entries above were the fastest there too
+        (14336, 4096, 8): 2,  # 8B gate/up: 17.91 / 17.50
+        (28672, 8192, 8): 6,  # 70B gate/up: 60.74 / 57.69 (session 31: config 10)
     },
 }
+# (N, K, token bucket) where the entry's split of K measured faster on the workspace than through a cluster, per GPU
+# (session 36, cluster_ab.py call 1, us cluster / workspace): few row groups per CTA (the k/v layers) or 4-7 chunks of a
+# long K at 8 tokens, where the cluster's own barriers are not hidden behind a next row group.
+WORKSPACE_BY_GPU: dict[str, set[tuple[int, int, int]]] = {
+    "H200": {(1024, 4096, 16), (1024, 8192, 16), (1024, 8192, 8),  # 8B k/v 7.17 / 6.03; 70B k/v 9.52 / 8.22,
+             (4096, 14336, 8)},  # 7.34 / 6.16; 8B down 22.74 / 21.79
+}
 MAX_M = 16
+MAX_CLUSTER = 8  # the .cu's MAX_CLUSTER: portable thread-block cluster size
 _X_PAD_BYTES = 32  # after each token's staged x (the .cu's XPAD pieces)
-_STATIC_SMEM = (2 * 8 + 1) * 8 + 16  # the ring's mbarriers and x's, the split-K flag
+_STATIC_SMEM = (2 * 8 + 5) * 8 + 16  # the ring's mbarriers, x's and the cluster reduction's, the split-K flag
 _RC = {-1: "bad config index", -2: "group_size not 64/128", -3: "K not a positive multiple of 8",
        -4: "x, qweight, scales or zeros not 16-byte aligned",
        -5: "a K chunk of x and two ring stages over the shared memory of an SM",
@@ -71,6 +83,21 @@ def enabled() -> bool:
     return os.environ.get("COMPRESS_W4A16_WS_GEMM", "1") != "0"
 
 
+def cluster_reduce() -> bool:
+    """Whether a split of K may add its chunks' sums in a thread-block cluster (COMPRESS_W4A16_WS_GEMM_CLUSTER,
+    default on)."""
+    return os.environ.get("COMPRESS_W4A16_WS_GEMM_CLUSTER", "1") != "0"
+
+
+def clustered(m: int, k: int, config: int, cluster: bool) -> bool:
+    """True when a launch with `cluster` asked for runs its split of K as clusters: 2..MAX_CLUSTER chunks."""
+    return cluster and 1 < split(m, k, config)[0] <= MAX_CLUSTER
+
+
+def _bucket(m: int) -> int:
+    return next((b for b in BUCKETS if m <= b), BUCKETS[-1])
+
+
 def config_for(n: int, k: int, m: int, gpu: str | None = None) -> int:
     """COMPRESS_W4A16_WS_GEMM_CONFIG if set, else the entry for (N, K, M's bucket) of the GPU named `gpu`
     (TUNED_BY_GPU), else DEFAULT_CONFIG."""
@@ -78,8 +105,16 @@ def config_for(n: int, k: int, m: int, gpu: str | None = None) -> int:
     if forced is not None:
         return forced
     key = cuda_build.gpu_key(TUNED_BY_GPU, gpu)
-    bucket = next((b for b in BUCKETS if m <= b), BUCKETS[-1])
-    return TUNED_BY_GPU[key].get((n, k, bucket), DEFAULT_CONFIG) if key is not None else DEFAULT_CONFIG
+    return TUNED_BY_GPU[key].get((n, k, _bucket(m)), DEFAULT_CONFIG) if key is not None else DEFAULT_CONFIG
+
+
+def cluster_for(n: int, k: int, m: int, gpu: str | None = None) -> bool:
+    """Whether a split of K adds through a cluster: cluster_reduce(), unless (N, K, M's bucket) is in the GPU's
+    WORKSPACE_BY_GPU."""
+    if not cluster_reduce():
+        return False
+    key = cuda_build.gpu_key(WORKSPACE_BY_GPU, gpu)
+    return key is None or (n, k, _bucket(m)) not in WORKSPACE_BY_GPU[key]
 
 
 def describe(config: int) -> str:
@@ -88,8 +123,10 @@ def describe(config: int) -> str:
 
 
 def planned(n: int, k: int, m: int, device: torch.device) -> str:
-    """The served launch as text, for benchmark tables."""
-    return describe(config_for(n, k, m, w4a16_cuda.gpu_name(device)))
+    """The served launch as text, for benchmark tables ("cluster" where its split of K adds through a cluster)."""
+    gpu = w4a16_cuda.gpu_name(device)
+    config = config_for(n, k, m, gpu)
+    return describe(config) + (" cluster" if clustered(m, k, config, cluster_for(n, k, m, gpu)) else "")
 
 
 def split(m: int, k: int, config: int) -> tuple[int, int]:
@@ -100,23 +137,30 @@ def split(m: int, k: int, config: int) -> tuple[int, int]:
     return -(-kp // kcl), kcl
 
 
-def shared_bytes(m: int, k: int, config: int, group_size: int, asym: bool, stages: int) -> int:
+def shared_bytes(m: int, k: int, config: int, group_size: int, asym: bool, stages: int, cluster: bool = False) -> int:
     """Shared memory of a launch (the .cu's smem_bytes + its static part): x of one K chunk, its 2^e per block, the
-    warps' partials, `stages` ring stages."""
+    warps' partials, the cluster reduction's two receive buffers (when `cluster` and K splits in 2..8), `stages` ring
+    stages."""
     c, rt, u, _, _ = CONFIGS[config]
-    kcl = split(m, k, config)[1]
+    chunks, kcl = split(m, k, config)
     rb, gs = 16 * rt, u * 1024 // group_size
     r16 = lambda v: (v + 15) // 16 * 16  # noqa: E731
     stage = rb * (u * 512 + 64) + r16(gs * rb * 2) + (r16(gs * rb) if asym else 0)
     up = (kcl // 128 + 3) // 4 * 4
     mt = 2 if m > 8 else 1
-    return m * (kcl * 2 + _X_PAD_BYTES) + m * up * 4 + c * 8 * mt * (rb + 4) * 4 + stages * stage + _STATIC_SMEM
+    slice_len = (-(-m * rb // chunks) + 3) // 4 * 4  # the .cu's slice_len
+    recv = 2 * chunks * slice_len * 4 if clustered(m, k, config, cluster) else 0
+    return (m * (kcl * 2 + _X_PAD_BYTES) + m * up * 4 + c * 8 * mt * (rb + 4) * 4 + recv + stages * stage +
+            _STATIC_SMEM)
 
 
-def fits(m: int, k: int, config: int, group_size: int, asym: bool, device: torch.device) -> bool:
-    """True when a K chunk of x and two ring stages fit one SM's shared memory (what the launcher needs)."""
+def fits(m: int, k: int, config: int, group_size: int, asym: bool, device: torch.device,
+         cluster: bool | None = None) -> bool:
+    """True when a K chunk of x and two ring stages fit one SM's shared memory (what the launcher needs); `cluster`
+    None: as cluster_reduce() says."""
     optin = torch.cuda.get_device_properties(device).shared_memory_per_block_optin
-    return shared_bytes(m, k, config, group_size, asym, 2) <= optin
+    cluster = cluster_reduce() if cluster is None else cluster
+    return shared_bytes(m, k, config, group_size, asym, 2, cluster) <= optin
 
 
 def compile_variant(arch_code: str, name: str = "wsm") -> Path:
@@ -174,29 +218,35 @@ def supports(x2: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zero
         build(x2.device)
     except CompressError:
         return False  # no nvcc or a failed build: the other int4 paths serve (w4a16_cuda says why, once)
+    gpu = w4a16_cuda.gpu_name(x2.device)
     try:
-        config = config_for(n, k, m, w4a16_cuda.gpu_name(x2.device))
+        config = config_for(n, k, m, gpu)
     except CompressError:
         return True  # a bad COMPRESS_W4A16_WS_GEMM_CONFIG: the launch raises it and the path table reports it
-    return fits(m, k, config, group_size, zeros is not None, x2.device)
+    return fits(m, k, config, group_size, zeros is not None, x2.device, cluster_for(n, k, m, gpu))
 
 
 def _launch(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None, group_size: int,
-            config: int | None = None, pdl: int | None = None, max_grid: int = 0) -> torch.Tensor:
+            config: int | None = None, pdl: int | None = None, max_grid: int = 0,
+            cluster: bool | None = None) -> torch.Tensor:
     m, n, k = _check(x, qweight, scales, zeros, group_size)
     x2 = x.reshape(m, k).contiguous()
     if x2.data_ptr() % 16:
         x2 = x2.clone()
     out = torch.empty(*x.shape[:-1], n, device=x.device, dtype=x.dtype)
-    config = config_for(n, k, m, w4a16_cuda.gpu_name(x.device)) if config is None else config
+    gpu = w4a16_cuda.gpu_name(x.device)
+    config = config_for(n, k, m, gpu) if config is None else config
     pdl = w4a16_cuda.pdl_mode() if pdl is None else int(pdl)
+    cluster = cluster_for(n, k, m, gpu) if cluster is None else cluster
     chunks, rows = split(m, k, config)[0], 16 * CONFIGS[config][1]
     groups = -(-n // rows)
-    ws, cnt = _workspace.get(x.device, chunks * groups * m * rows, groups) if chunks > 1 else (None, None)
+    on_workspace = chunks > 1 and not clustered(m, k, config, cluster)
+    ws, cnt = _workspace.get(x.device, chunks * groups * m * rows, groups) if on_workspace else (None, None)
     rc = build(x.device).w4wsm_gemm(
         x2.data_ptr(), int(x.dtype == torch.bfloat16), qweight.data_ptr(), scales.data_ptr(),
         None if zeros is None else zeros.data_ptr(), out.data_ptr(), None if ws is None else ws.data_ptr(),
-        None if cnt is None else cnt.data_ptr(), m, n, k, group_size, config, {0: 0, 1: 1, 2: 3}[pdl], max_grid,
+        None if cnt is None else cnt.data_ptr(), m, n, k, group_size, config, {0: 0, 1: 1, 2: 3}[pdl] | 4 * cluster,
+        max_grid,
         torch.cuda.current_stream(x.device).cuda_stream)
     if rc != 0:
         raise CompressError(f"w4a16 warp-specialized GEMM: launch failed with code {rc} ({_RC.get(rc, 'CUDA error')}; "

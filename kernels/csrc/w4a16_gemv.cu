@@ -86,6 +86,7 @@
 
 #include <type_traits>
 
+#include "launch_ex.cuh"
 #include "ring_common.cuh"
 
 #ifndef W4_WARPS
@@ -990,29 +991,8 @@ int launch(const Args& a, bool pdl, cudaStream_t stream) {
   const int rc = allow_smem<T, ASYM, G64, MT, BAL>(&limit);
   if (rc != 0) return rc;
   if (smem > limit) return -4;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = BAL ? dim3(a.S, 1) : dim3((a.N + ROWS - 1) / ROWS, a.S);
-  cfg.blockDim = dim3(THREADS);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[2];
-  int na = 0;
-  if (pdl) {
-    attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[na].val.programmaticStreamSerializationAllowed = 1;
-    ++na;
-  }
-  if (a.cluster) {
-    attr[na].id = cudaLaunchAttributeClusterDimension;
-    attr[na].val.clusterDim.x = 1;
-    attr[na].val.clusterDim.y = a.S;
-    attr[na].val.clusterDim.z = 1;
-    ++na;
-  }
-  cfg.attrs = attr;
-  cfg.numAttrs = na;
-  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, a);
-  return e != cudaSuccess ? (int)e : (int)cudaGetLastError();
+  const dim3 grid = BAL ? dim3(a.S, 1) : dim3((a.N + ROWS - 1) / ROWS, a.S);
+  return launch_ex(kernel, a, grid, THREADS, smem, pdl, stream, a.cluster ? dim3(1, a.S, 1) : dim3(1, 1, 1));
 }
 
 template <typename T, int MT, bool BAL>

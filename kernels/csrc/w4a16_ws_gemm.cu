@@ -16,9 +16,16 @@
 // fragments (the one-token kernel's LOP3 pairs) and runs mma.sync m16n8k16 per token tile: fp32 sums of exact products
 // (u - z) x, scaled per block (group 128) or per half block (group 64: B split into its k < 64 and k >= 64 halves, two
 // sums). A warp ends a row group with its partial sums of the RB rows x M tokens over its blocks; the C warps' partials
-// meet in shared memory and are added in warp order. With ks > 1 every chunk's CTA writes its sums to a workspace and
-// the last to arrive (a counter per row group, left at zero) adds the ks partials in chunk order: the same bytes every
-// call.
+// meet in shared memory and are added in warp order. With ks > 1 the ks partials are added in chunk order (the same
+// bytes every call, and the same bytes both ways):
+// - cluster reduction (flags bit 2, ks <= 8): the ks CTAs of a row group run as one thread-block cluster. Each sends
+//   slice d of its sums to CTA d's shared memory (distributed shared memory stores, then one remote mbarrier arrival
+//   a CTA), and CTA d adds and stores slice d. The consumers send a row group's sums and go on to the next row group's
+//   math; they add the previous row group's slices only after it, so the wait for the other CTAs is hidden. Two
+//   receive buffers alternate by row group; a sender waits until every receiver has freed the buffer it reuses.
+// - otherwise every chunk's CTA writes its sums to a workspace and the last to arrive (a counter per row group, left
+//   at zero) adds them. Session 31 measured this slow at 16 tokens (the consumers wait for a fence and an atomic once a
+//   row group): 8B gate/up 31.8 us in 2 chunks against 25.7 without a split.
 //
 // Activations: the consumers wait for the previous kernel (griddepcontrol.wait), one thread bulk-copies the M rows of x
 // into shared memory as they are, then every consumer permutes them in place into B-fragment order, per 128-k block
@@ -28,7 +35,8 @@
 // finite, 2^e_b applied to the block's sums.
 //
 // Shared memory: x of the chunk (M tokens x (kcl / 8 + 2) pieces of 16 bytes) | 2^e_b per token and block | the warps'
-// partials (C x 8 MT x (RB + 4) floats) | the ring, as many stages as fit, at most the config's NS.
+// partials (C x 8 MT x (RB + 4) floats) | the cluster reduction's receive buffers (2 x ks x sl floats, sl = a slice of
+// the M x RB sums) | the ring, as many stages as fit, at most the config's NS.
 //
 // Needs N % 8 == 0 and 16-byte aligned x (rows K % 8 == 0), q, s, z. Programmatic dependent launch (flags bit 0):
 // consumers wait before reading x; with bit 1 the producer's weight and scale copies start before that wait.
@@ -61,12 +69,44 @@ struct Args {
   int ns;     // ring stages
   int ks;     // K chunks (CTAs per row group)
   int kcl;    // K values of a chunk (a multiple of 128; the last chunk may be shorter)
+  int cl;     // 1: the ks CTAs of a row group form a cluster and add their sums through shared memory
+  int sl;     // cluster reduction: sums a CTA adds and stores (a multiple of 4; CTA d takes sums d sl .. d sl + sl - 1)
 };
 
 constexpr int XPAD = 2;  // pieces of 16 bytes after each token's x: tokens 32 bytes (mod 128) apart
 constexpr int NS_MAX = 8;
 
 __host__ __device__ constexpr int x_pieces(int Kp) { return Kp / 8 + XPAD; }  // per token
+
+// ---- the cluster reduction: distributed shared memory stores and mbarriers, cluster barriers
+// p's address in the shared memory of the cluster's CTA `rank`.
+__device__ __forceinline__ uint32_t cluster_addr(const void* p, int rank) {
+  uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(smem_u32(p)), "r"(rank));
+  return r;
+}
+__device__ __forceinline__ void st_cluster(uint32_t addr, float v) {
+  asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(addr), "f"(v) : "memory");
+}
+// One arrival on another CTA's mbarrier, releasing this thread's writes (and, through the CTA barrier before it, the
+// other consumers').
+__device__ __forceinline__ void mbar_arrive_remote(uint32_t addr) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(addr) : "memory");
+}
+__device__ __forceinline__ void mbar_wait_acquire_cluster(uint64_t* b, uint32_t parity) {
+  uint32_t ok = 0;
+  while (!ok) {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+        " selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(ok) : "r"(smem_u32(b)), "r"(parity) : "memory");
+  }
+}
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release;" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
+
+// Sums a CTA of the cluster reduction adds: the M x RB sums of a row group in ks slices, rounded up to 4 floats.
+__host__ __device__ constexpr int slice_len(int M, int RB, int ks) { return ((M * RB + ks - 1) / ks + 3) / 4 * 4; }
 
 __device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
@@ -105,7 +145,7 @@ __device__ __forceinline__ void permute_x(uint4* xs, float* s_up, int M, int K, 
   }
 }
 
-template <typename T, bool ASYM, bool G64, int C, int RT, int U, int MT>
+template <typename T, bool ASYM, bool G64, int C, int RT, int U, int MT, bool CL>
 __global__ void __launch_bounds__((C + 1) * 32) w4wsm_kernel(const Args a) {
   using S = RingStage<ASYM, G64 ? 64 : 128, 16 * RT, U, 64>;
   constexpr int RB = S::RB, RBP = RB + 4, COLS = 8 * MT;  // RBP: lanes (g, tq) store their partials conflict-free
@@ -113,6 +153,7 @@ __global__ void __launch_bounds__((C + 1) * 32) w4wsm_kernel(const Args a) {
   constexpr int OPT = (16 * RB + C * 32 - 1) / (C * 32);  // outputs a consumer thread adds, at most
   extern __shared__ uint4 xs[];
   __shared__ uint64_t full[NS_MAX], empty[NS_MAX], xbar;
+  __shared__ uint64_t rbar[2], rfree[2];  // cluster reduction: a buffer's slices all in / every receiver done with it
   __shared__ int last_flag;
   // This CTA's K chunk: [k0, k0 + kpc) of the padded row (kr of them real), for row groups p, p + P, ...
   const int kc = blockIdx.x % a.ks, p = blockIdx.x / a.ks, P = gridDim.x / a.ks;
@@ -121,7 +162,8 @@ __global__ void __launch_bounds__((C + 1) * 32) w4wsm_kernel(const Args a) {
   const int XS = x_pieces(a.kcl), UPF = up_floats(a.kcl);
   float* s_up = reinterpret_cast<float*>(xs + a.M * XS);
   float* red = s_up + a.M * UPF;
-  uint8_t* ring = reinterpret_cast<uint8_t*>(red + C * COLS * RBP);
+  float* recv = red + C * COLS * RBP;  // cluster reduction: [2][ks][sl]
+  uint8_t* ring = reinterpret_cast<uint8_t*>(recv + (CL ? 2 * a.ks * a.sl : 0));
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int CW = kpc / 32;                       // 16-byte chunks of a row in the chunk
   const int nst = (CW + 32 * U - 1) / (32 * U);  // stages of a row group
@@ -129,12 +171,23 @@ __global__ void __launch_bounds__((C + 1) * 32) w4wsm_kernel(const Args a) {
   if (threadIdx.x == 0) {
     ring_init(full, empty, a.ns, C);
     mbar_init(&xbar, 1);
+    for (int b = 0; b < 2; ++b) {
+      mbar_init(&rbar[b], a.ks);   // one arrival per sending CTA
+      mbar_init(&rfree[b], a.ks);  // one per receiving CTA
+    }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
+  // Cluster reduction: no CTA touches another's shared memory before every CTA's mbarriers are set up (phase 0 of the
+  // cluster barrier; the consumers wait for it before their first send) or after it has left (phase 1, at the end).
+  if constexpr (CL) cluster_arrive();
 
   if (warp == C) {
     produce<S, ASYM>(a, ring, full, empty, lane, nst, a.ns, p, P, k0 / 2, kpc / 2, gbase);
+    if constexpr (CL) {  // arrive once per phase: phase 0 has completed before this thread arrives for phase 1
+      cluster_wait();
+      cluster_arrive();
+    }
     return;
   }
 
@@ -152,7 +205,27 @@ __global__ void __launch_bounds__((C + 1) * 32) w4wsm_kernel(const Args a) {
 
   const int g = lane >> 2, tq = lane & 3;  // mma lane coordinates
   int slot = 0, phase = 0;
-  for (int rg = p; rg < a.n_rg; rg += P) {
+  // Cluster reduction: CTA kc (its rank) adds slice kc of row group n's sums (row0 r0) once every CTA's slice is in
+  // buffer n & 1; `release` frees the buffer for the senders (the last row group's need not be freed).
+  auto receive = [&](int n, int r0, bool release) {
+    const int b = n & 1;
+    mbar_wait_acquire_cluster(&rbar[b], (n >> 1) & 1);
+    for (int j = threadIdx.x; j < a.sl; j += C * 32) {
+      const int o = kc * a.sl + j, m = o / RB, r = o - m * RB;
+      if (o < a.M * RB && r0 + r < a.N) {
+        float y = 0.f;
+        for (int c = 0; c < a.ks; ++c) y += recv[(b * a.ks + c) * a.sl + j];  // chunk order, as the workspace path
+        a.out[(size_t)m * a.N + r0 + r] = from_f<T>(y);
+      }
+    }
+    if (release) {
+      asm volatile("bar.sync 1, %0;" ::"n"(C * 32) : "memory");  // every consumer has read the buffer
+      if (threadIdx.x < a.ks) mbar_arrive_remote(cluster_addr(&rfree[b], threadIdx.x));
+    }
+  };
+  if constexpr (CL) cluster_wait();  // every CTA of the cluster has set up its mbarriers
+  int nrg = 0, prev_row0 = 0;
+  for (int rg = p; rg < a.n_rg; rg += P, ++nrg) {
     const int row0 = rg * RB;
     float acc[RT][MT][4];
 #pragma unroll
@@ -284,6 +357,23 @@ __global__ void __launch_bounds__((C + 1) * 32) w4wsm_kernel(const Args a) {
         if (o < a.M * RB && row0 + r < a.N) a.out[(size_t)m * a.N + row0 + r] = from_f<T>(yo[i]);
       }
       asm volatile("bar.sync 1, %0;" ::"n"(C * 32) : "memory");  // red is read before the next row group writes it
+    } else if constexpr (CL) {
+      // Send slice d of the sums to CTA d's buffer nrg & 1 (once every receiver has freed its previous use), then add
+      // the previous row group's slices here: by now the other CTAs have usually sent them.
+      const int b = nrg & 1;
+      if (nrg >= 2) mbar_wait_acquire_cluster(&rfree[b], ((nrg >> 1) - 1) & 1);
+#pragma unroll
+      for (int i = 0; i < OPT; ++i) {
+        const int o = threadIdx.x + i * C * 32;
+        if (o < a.M * RB) {
+          const int d = o / a.sl;
+          st_cluster(cluster_addr(recv + (b * a.ks + kc) * a.sl + (o - d * a.sl), d), yo[i]);
+        }
+      }
+      asm volatile("bar.sync 1, %0;" ::"n"(C * 32) : "memory");  // every slice written (and red read)
+      if (threadIdx.x < a.ks) mbar_arrive_remote(cluster_addr(&rbar[b], threadIdx.x));
+      if (nrg >= 1) receive(nrg - 1, prev_row0, true);
+      prev_row0 = row0;
     } else {
       // Split K: every chunk's CTA leaves its sums of the row group in the workspace; the last to arrive (counter)
       // adds the ks partials in chunk order (the same bytes every call), stores y and zeroes the counter.
@@ -316,14 +406,22 @@ __global__ void __launch_bounds__((C + 1) * 32) w4wsm_kernel(const Args a) {
       }
     }
   }
+  if constexpr (CL) {
+    if (nrg >= 1) receive(nrg - 1, prev_row0, false);
+    cluster_arrive();  // no CTA leaves while another may still write to its shared memory
+    cluster_wait();
+  }
 }
 
-// Shared memory of a launch with K chunks of kcl values and `ns` ring stages.
+// Shared memory of a launch with K chunks of kcl values, `recv` floats of the cluster reduction's buffers and `ns` ring
+// stages.
 template <typename S, int C, int MT>
-size_t smem_bytes(int M, int kcl, int ns) {
+size_t smem_bytes(int M, int kcl, int recv, int ns) {
   return (size_t)M * x_pieces(kcl) * 16 + (size_t)M * up_floats(kcl) * 4 + (size_t)C * 8 * MT * (S::RB + 4) * 4 +
-         (size_t)ns * S::BYTES;
+         (size_t)recv * 4 + (size_t)ns * S::BYTES;
 }
+
+constexpr int MAX_CLUSTER = 8;  // portable thread-block cluster size
 
 // K chunk length for a config's x budget: the padded K if M tokens of it fit xkb KB, else the longest multiple of 128
 // that does (x of a chunk: M x kcl x 2 bytes).
@@ -333,9 +431,8 @@ __host__ __device__ inline int chunk_len(int M, int Kp, int xkb) {
 }
 
 template <typename T, bool ASYM, bool G64, int C, int RT, int U, int MT>
-int launch(Args a, int ns_max, int xkb, bool pdl, int max_grid, cudaStream_t stream) {
+int launch(Args a, int ns_max, int xkb, bool pdl, bool cluster, int max_grid, cudaStream_t stream) {
   using S = RingStage<ASYM, G64 ? 64 : 128, 16 * RT, U, 64>;
-  auto kernel = w4wsm_kernel<T, ASYM, G64, C, RT, U, MT>;
   int dev = 0, sms = 0, optin = 0, per_sm = 0;
   cudaError_t e = cudaGetDevice(&dev);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
@@ -345,10 +442,15 @@ int launch(Args a, int ns_max, int xkb, bool pdl, int max_grid, cudaStream_t str
   // ns_max; fewer than 2 leave no copy in flight while the consumers compute.
   a.kcl = chunk_len(a.M, a.Kp, xkb);
   a.ks = (a.Kp + a.kcl - 1) / a.kcl;
-  const int fixed = (int)smem_bytes<S, C, MT>(a.M, a.kcl, 0) + (2 * NS_MAX + 1) * 8 + 16;
+  a.cl = cluster && a.ks > 1 && a.ks <= MAX_CLUSTER;
+  // Two builds: the cluster reduction's code would cost the other launches registers.
+  auto kernel = a.cl ? w4wsm_kernel<T, ASYM, G64, C, RT, U, MT, true> : w4wsm_kernel<T, ASYM, G64, C, RT, U, MT, false>;
+  a.sl = slice_len(a.M, S::RB, a.ks);
+  const int recv = a.cl ? 2 * a.ks * a.sl : 0;
+  const int fixed = (int)smem_bytes<S, C, MT>(a.M, a.kcl, recv, 0) + (2 * NS_MAX + 5) * 8 + 16;
   a.ns = min(ns_max, (optin - fixed) / S::BYTES);
   if (a.ns < 2) return -5;
-  const size_t smem = smem_bytes<S, C, MT>(a.M, a.kcl, a.ns);
+  const size_t smem = smem_bytes<S, C, MT>(a.M, a.kcl, recv, a.ns);
   if (smem > 48 * 1024) {
     e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return (int)e;
@@ -357,21 +459,39 @@ int launch(Args a, int ns_max, int xkb, bool pdl, int max_grid, cudaStream_t str
   e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, (C + 1) * 32, smem);
   if (e != cudaSuccess) return (int)e;
   if (per_sm < 1) return -5;
-  // ks CTAs per row group (one per K chunk): the grid is a multiple of ks.
-  if (a.ks > 1 && (a.ws == nullptr || a.cnt == nullptr)) return -8;
-  int groups = min(a.n_rg, sms * per_sm / a.ks);
+  // ks CTAs per row group (one per K chunk): the grid is a multiple of ks. A cluster's CTAs share a GPC, so fewer
+  // clusters than SMs / ks may fit at once: the persistent grid takes as many as do.
+  if (a.ks > 1 && !a.cl && (a.ws == nullptr || a.cnt == nullptr)) return -8;
+  int resident = sms * per_sm / a.ks;
+  if (a.cl) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(a.ks * resident);
+    cfg.blockDim = dim3((C + 1) * 32);
+    cfg.dynamicSmemBytes = smem;
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = a.ks;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    e = cudaOccupancyMaxActiveClusters(&resident, kernel, &cfg);
+    if (e != cudaSuccess) return (int)e;
+    if (resident < 1) return -5;
+  }
+  int groups = min(a.n_rg, resident);
   if (max_grid > 0) groups = min(groups, max(1, max_grid / a.ks));
   if (groups < 1) return -5;
   const int grid = groups * a.ks;
-  return launch_ex(kernel, a, grid, (C + 1) * 32, smem, pdl, stream);
+  return launch_ex(kernel, a, grid, (C + 1) * 32, smem, pdl, stream, dim3(a.cl ? a.ks : 1, 1, 1));
 }
 
 template <int C, int RT, int U, int NS, int XKB>
-int by_format(const Args& a, int bf16, int asym, int g64, bool pdl, int mg, cudaStream_t st) {
+int by_format(const Args& a, int bf16, int asym, int g64, bool pdl, bool cl, int mg, cudaStream_t st) {
   static_assert(NS <= NS_MAX, "more stages than mbarriers");
 #define W4WSM_MT(T, AS, G)                                                                                 \
-  return a.M > 8 ? launch<T, AS, G, C, RT, U, 2>(a, NS, XKB, pdl, mg, st)                                  \
-                 : launch<T, AS, G, C, RT, U, 1>(a, NS, XKB, pdl, mg, st);
+  return a.M > 8 ? launch<T, AS, G, C, RT, U, 2>(a, NS, XKB, pdl, cl, mg, st)                              \
+                 : launch<T, AS, G, C, RT, U, 1>(a, NS, XKB, pdl, cl, mg, st);
 #define W4WSM_T(T)                   \
   if (asym) {                        \
     if (g64) { W4WSM_MT(T, true, true) } \
@@ -395,12 +515,12 @@ constexpr int CONFIGS[][5] = {{8, 2, 2, 4, 64}, {16, 1, 2, 8, 64}, {8, 1, 2, 8, 
 constexpr int NUM_CONFIGS = sizeof(CONFIGS) / sizeof(CONFIGS[0]);
 
 template <int I = 0>
-int by_config(int i, const Args& a, int bf16, int asym, int g64, bool pdl, int mg, cudaStream_t st) {
+int by_config(int i, const Args& a, int bf16, int asym, int g64, bool pdl, bool cl, int mg, cudaStream_t st) {
   if constexpr (I + 1 < NUM_CONFIGS) {
-    if (i != I) return by_config<I + 1>(i, a, bf16, asym, g64, pdl, mg, st);
+    if (i != I) return by_config<I + 1>(i, a, bf16, asym, g64, pdl, cl, mg, st);
   }
   return by_format<CONFIGS[I][0], CONFIGS[I][1], CONFIGS[I][2], CONFIGS[I][3], CONFIGS[I][4]>(a, bf16, asym, g64, pdl,
-                                                                                               mg, st);
+                                                                                               cl, mg, st);
 }
 
 }  // namespace
@@ -423,8 +543,9 @@ int w4wsm_split(int M, int K, int config, int* out) {
 // Returns 0, a cudaError_t, or -1 (bad config index), -2 (group not 64/128), -3 (K not a positive multiple of 8),
 // -4 (x, q, s or z not 16-byte aligned), -5 (a K chunk of x and two ring stages over the shared memory of an SM), -6
 // (N not a multiple of 8), -7 (M not in 1..16), -8 (K split without a workspace). ws / cnt: see w4wsm_split (cnt zeroed
-// once; the kernel leaves it zeroed). flags: bit 0 = programmatic dependent launch, bit 1 (with bit 0) = weights read
-// before the wait. max_grid > 0 caps the persistent grid (sweeps).
+// once; the kernel leaves it zeroed; unused by the cluster reduction). flags: bit 0 = programmatic dependent launch,
+// bit 1 (with bit 0) = weights read before the wait, bit 2 = the cluster reduction where K splits in 2..8 chunks.
+// max_grid > 0 caps the persistent grid (sweeps).
 int w4wsm_gemm(const void* x, int x_is_bf16, const void* q, const void* s, const void* z, void* out, void* ws,
                void* cnt, int M, int N, int K, int group, int config, int flags, int max_grid, void* stream_) {
   if (config < 0 || config >= NUM_CONFIGS) return -1;
@@ -446,7 +567,7 @@ int w4wsm_gemm(const void* x, int x_is_bf16, const void* q, const void* s, const
   const bool pdl = (flags & 1) != 0;
   a.early = !pdl || (flags & 2) != 0;
   const int asym = z != nullptr, g64 = group == 64, bf = x_is_bf16 != 0;
-  return by_config(config, a, bf, asym, g64, pdl, max_grid, static_cast<cudaStream_t>(stream_));
+  return by_config(config, a, bf, asym, g64, pdl, (flags & 4) != 0, max_grid, static_cast<cudaStream_t>(stream_));
 }
 
 }  // extern "C"
