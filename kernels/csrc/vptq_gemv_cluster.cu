@@ -26,6 +26,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "launch_ex.cuh"
 #include "vptq_common.cuh"
 
 namespace {
@@ -318,24 +319,8 @@ int launch(const Params& p, int tiles, cudaStream_t stream) {
     if (e != cudaSuccess) return refused(e);
     configured = true;
   }
-  cudaLaunchConfig_t cfg = {};
-  cudaLaunchAttribute attr[2];
-  cfg.gridDim = dim3(tiles * p.cl);
-  cfg.blockDim = dim3(THREADS);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = p.cl;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  if (p.pdl) {
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
-    cfg.numAttrs = 2;
-  }
-  cudaError_t e = cudaLaunchKernelEx(&cfg, kern, p);
+  const LaunchConfig lc(dim3(tiles * p.cl), THREADS, smem, p.pdl, stream, dim3(p.cl, 1, 1));
+  cudaError_t e = cudaLaunchKernelEx(&lc.cfg, kern, p);
   if (e != cudaSuccess) return refused(e);
   return static_cast<int>(cudaGetLastError());
 }
@@ -349,6 +334,18 @@ int by_tile(int gt, int lt, const Params& p, int tiles, cudaStream_t s) {
   VPTQ_TILES(VPTQ_TRY)
 #undef VPTQ_TRY
   return -1;
+}
+
+// Largest number of clusters of `cl` CTAs of this instantiation resident at once (0 if it cannot run).
+template <int GT, int LT, bool SMEM>
+int max_active(int cl, int rc) {
+  auto k = vptq_cluster_kernel<VPTQ_B, VPTQ_RB, GT, LT, SMEM>;
+  const size_t smem = smem_bytes<VPTQ_B, VPTQ_RB, SMEM>(rc);
+  cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+  cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  const LaunchConfig lc(dim3(cl), THREADS, smem, false, 0, dim3(cl, 1, 1));
+  int n = 0;
+  return cudaOccupancyMaxActiveClusters(&n, k, &lc.cfg) == cudaSuccess ? n : 0;
 }
 
 }  // namespace
@@ -367,31 +364,7 @@ long vptq_cluster_smem_bytes(int smem, int rc) {
 int vptq_cluster_max_active(int gt, int lt, int smem, int cl, int rc) {
   int n = -1;
 #define VPTQ_OCC(G, L)                                                                                  \
-  if (gt == G && lt == L) {                                                                             \
-    cudaLaunchConfig_t cfg = {};                                                                        \
-    cudaLaunchAttribute attr[1];                                                                        \
-    cfg.gridDim = dim3(cl);                                                                             \
-    cfg.blockDim = dim3(THREADS);                                                                       \
-    attr[0].id = cudaLaunchAttributeClusterDimension;                                                   \
-    attr[0].val.clusterDim.x = cl;                                                                      \
-    attr[0].val.clusterDim.y = 1;                                                                       \
-    attr[0].val.clusterDim.z = 1;                                                                       \
-    cfg.attrs = attr;                                                                                   \
-    cfg.numAttrs = 1;                                                                                   \
-    if (smem) {                                                                                         \
-      auto k = vptq_cluster_kernel<VPTQ_B, VPTQ_RB, G, L, true>;                                        \
-      cfg.dynamicSmemBytes = smem_bytes<VPTQ_B, VPTQ_RB, true>(rc);                                     \
-      cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cfg.dynamicSmemBytes);  \
-      cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);                       \
-      if (cudaOccupancyMaxActiveClusters(&n, k, &cfg) != cudaSuccess) n = 0;                            \
-    } else {                                                                                            \
-      auto k = vptq_cluster_kernel<VPTQ_B, VPTQ_RB, G, L, false>;                                       \
-      cfg.dynamicSmemBytes = smem_bytes<VPTQ_B, VPTQ_RB, false>(rc);                                    \
-      cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cfg.dynamicSmemBytes);  \
-      cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);                       \
-      if (cudaOccupancyMaxActiveClusters(&n, k, &cfg) != cudaSuccess) n = 0;                            \
-    }                                                                                                   \
-  }
+  if (gt == G && lt == L) n = smem ? max_active<G, L, true>(cl, rc) : max_active<G, L, false>(cl, rc);
   VPTQ_TILES(VPTQ_OCC)
 #undef VPTQ_OCC
   cudaGetLastError();

@@ -171,9 +171,11 @@ __global__ void __launch_bounds__((C + 1) * 32) w4wsm_kernel(const Args a) {
   if (threadIdx.x == 0) {
     ring_init(full, empty, a.ns, C);
     mbar_init(&xbar, 1);
-    for (int b = 0; b < 2; ++b) {
-      mbar_init(&rbar[b], a.ks);   // one arrival per sending CTA
-      mbar_init(&rfree[b], a.ks);  // one per receiving CTA
+    if constexpr (CL) {
+      for (int b = 0; b < 2; ++b) {
+        mbar_init(&rbar[b], a.ks);   // one arrival per sending CTA
+        mbar_init(&rfree[b], a.ks);  // one per receiving CTA
+      }
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
@@ -464,18 +466,8 @@ int launch(Args a, int ns_max, int xkb, bool pdl, bool cluster, int max_grid, cu
   if (a.ks > 1 && !a.cl && (a.ws == nullptr || a.cnt == nullptr)) return -8;
   int resident = sms * per_sm / a.ks;
   if (a.cl) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(a.ks * resident);
-    cfg.blockDim = dim3((C + 1) * 32);
-    cfg.dynamicSmemBytes = smem;
-    cudaLaunchAttribute attr;
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = a.ks;
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    e = cudaOccupancyMaxActiveClusters(&resident, kernel, &cfg);
+    const LaunchConfig lc(dim3(a.ks * resident), (C + 1) * 32, smem, false, stream, dim3(a.ks, 1, 1));
+    e = cudaOccupancyMaxActiveClusters(&resident, kernel, &lc.cfg);
     if (e != cudaSuccess) return (int)e;
     if (resident < 1) return -5;
   }
