@@ -42,6 +42,12 @@
 // The CTA's scales (and zeros) for its whole K chunk are staged in shared memory once, with the activations.
 // SASS (sm_90a, fp16 group 128, M <= 8, 4 warps x 2-block slots, read with nvdisasm 13.4): 257 instructions per
 // main-loop step of 2 blocks, ~128 per lane per block of 64 weights (session 3's register pipeline: 146).
+// Session 37 (SASS of the 8-warp two-row-tile build, nvcc 13.0): the activations' staging divided by the runtime 4 M
+// twice per 8-byte unit -- a third of the 16-token kernel's instructions -- and the main loop rebuilt the weight
+// copies' shared-memory addresses (the swizzle) per copy and slot. With 16-byte staging units stepped from one
+// division a thread, and the addresses written so the compiler folds them, a main-loop step is 538 instructions
+// instead of 637 at 9-16 tokens (495 instead of 556 at 1-8). H200, same process, served configs: 4-19% faster at
+// 16 tokens and 7-21% at 8 on the Llama-3 8B / 70B layers (bench/results/h200/kernels_s37/README.md).
 //
 // Work: CTA = WARPS warps = 16 * WARPS output rows x a K chunk of `per` blocks (grid.y = S chunks). S > 1:
 // either (flag bit 2, S <= 8) the S CTAs of a row group run as one thread-block cluster and sum their fp32
@@ -345,11 +351,15 @@ __global__ void __launch_bounds__(THREADS, min_ctas(MT)) w4a16_gemv_kernel(const
   const uint4* src[CPL];
   int srcb[CPL];
   uint32_t dst[CPL];
-  int cblk[CPL];
+  // Chunk c = lane + 32 i: SB divides 8, so its block u and piece are the lane's for every i, and its row is
+  // lane / (4 SB) + i 8 / SB. Written out that way the compiler sees dst[i] = dst[0] + 512 i for SB <= 4 (one
+  // swizzle parity for all i) and folds it into the copies' address immediates; from c itself it rebuilt the swizzle
+  // per copy and slot (session 37, SASS of a 16-token build: ~100 instructions a main-loop step).
+  static_assert(8 % SB == 0, "SB divides 8: a lane's block and piece are the same in each of its copies");
+  const int cblk = (lane >> 2) % SB, piece = lane & 3, r0 = lane / (4 * SB);
 #pragma unroll
   for (int i = 0; i < CPL; ++i) {
-    const int c = lane + 32 * i;
-    const int r = c / (4 * SB), u = (c / 4) % SB, piece = c % 4;
+    const int r = r0 + i * (8 / SB), u = cblk;
     const int row = n_base + wt * WROWS + r;
     const int rr = row < a.N ? row : 0;
     src[i] = a.q + (size_t)rr * (a.KW / 4) + (size_t)(blk0 + u) * 4 + piece;
@@ -357,16 +367,15 @@ __global__ void __launch_bounds__(THREADS, min_ctas(MT)) w4a16_gemv_kernel(const
     if (BAL) srcb[i] = (rowb < a.N ? rowb : 0) * (a.KW / 4) + u * 4 + piece;
     const int pu = SB > 1 ? (u ^ (r & 1)) : u;
     dst[i] = (uint32_t)(r * SB * 64 + pu * 64 + piece * 16);
-    cblk[i] = u;
   }
   // Ring slots this warp fills over the chunk: its own slot st covers the chunk's slot st * KS + wk.
   const int nst = KS == 1 ? (nb + SB - 1) / SB : max(0, ((nb + SB - 1) / SB - wk + KS - 1) / KS);
   auto issue = [&](int st) {
     const uint32_t base = my_ring + (uint32_t)((st % STAGES) * SLOT);
     const int cst = st * KS + wk;
+    const int lbk = cst * SB + cblk;
 #pragma unroll
     for (int i = 0; i < CPL; ++i) {
-      const int lbk = cst * SB + cblk[i];
       const uint4* from = !BAL || lbk < la ? src[i] + cst * SB * 4 : a.q + (srcb[i] + (long long)(cst * SB - la) * 4);
       if (lbk < nb) cp_async16(base + dst[i], from, pol);
     }
@@ -482,60 +491,83 @@ __global__ void __launch_bounds__(THREADS, min_ctas(MT)) w4a16_gemv_kernel(const
   };
 #endif
 
-  // ---- activations. One staging unit = (block lb, slice j, lane ln): x[k0 .. k0 + 3] and
-  // x[k0 + 64 .. k0 + 67] of token ln / 4, k0 = 128 b + 16 j + 4 t, two 8-byte loads that fill slot j of the
-  // lane's 4 pieces (q = 0..3). A thread issues the loads of BATCH units before storing any.
+  // ---- activations. One staging unit = (block lb, token m, chunk c = 0..7): x[m, k0 .. k0 + 7] and
+  // x[m, k0 + 64 .. k0 + 71], k0 = 128 b + 8 c, two 16-byte loads. Their pairs (x[k], x[k + 64]), k = k0 + e, are
+  // slot j = c / 2 of piece q = e % 4 of lane slot ln = 4 m + t, t = 2 (c % 2) + e / 4: two lanes' 4 pieces.
+  // A thread issues the loads of BATCH units before storing any. Units go (block, token, chunk), chunk fastest,
+  // so 8 threads read 2 x 128 contiguous bytes of a row.
+  // Session 37: the units were 8-byte halves of these, found from un by a division and a modulo by the runtime
+  // lanes_m (~25 instructions each): the SASS of the 16-token build spent a third of the kernel's instructions here.
+  // Now a unit's (block, token) steps by THREADS / 8 from one division per thread.
   {
     uint32_t* xs32 = reinterpret_cast<uint32_t*>(xs);
-    const bool xvec = ((reinterpret_cast<uintptr_t>(a.x) | (uintptr_t)a.ldx * 2) & 7) == 0;
-    const int units = nb * 4 * lanes_m;
-    constexpr int BATCH = 4;
+    const bool xvec = ((reinterpret_cast<uintptr_t>(a.x) | (uintptr_t)a.ldx * 2) & 15) == 0;
+    const int units = nb * a.M * 8;
+    constexpr int BATCH = MT > 2 ? 2 : 4;  // the wide token tiles need their registers
+    constexpr int RSTEP = THREADS / 8;  // (block, token) pairs a step of THREADS units moves on
+    static_assert(THREADS % 8 == 0, "a step of THREADS units keeps the chunk");
+    const int c = threadIdx.x & 7;
+    const int step_b = RSTEP / a.M, step_m = RSTEP % a.M;
+    int next_m = (threadIdx.x >> 3) % a.M, next_b = (threadIdx.x >> 3) / a.M;
+    const int pq = lanes_m * 4;  // words from one piece to the next
     for (int base = threadIdx.x; base < units; base += BATCH * THREADS) {
-      uint2 lo[BATCH], hi[BATCH];
+      uint4 lo[BATCH], hi[BATCH];
+      int ms[BATCH], lbs[BATCH];
 #pragma unroll
       for (int r = 0; r < BATCH; ++r) {
-        const int un = base + r * THREADS;
-        lo[r] = hi[r] = make_uint2(0u, 0u);
-        if (un < units) {
-          const int ln = un % lanes_m, rest = un / lanes_m;
-          const int lbk = rest >> 2;
-          const int k0 = (!BAL || lbk < la ? blk0 + lbk : lbk - la) * 128 + 16 * (rest & 3) + 4 * (ln & 3);
-          const uint16_t* xr = a.x + (size_t)(ln >> 2) * a.ldx + k0;
-#ifdef W4_XFORM
-          if (a.xform == 0 && xvec && k0 + 67 < a.K) {
-#else
-          if (xvec && k0 + 67 < a.K) {
-#endif
-            lo[r] = __ldg(reinterpret_cast<const uint2*>(xr));
-            hi[r] = __ldg(reinterpret_cast<const uint2*>(xr + 64));
-          } else {  // the end of K, an unaligned x (or a fused input transform): element by element
-            uint32_t e[8];
+        ms[r] = next_m;
+        lbs[r] = next_b;
+        next_m += step_m;
+        next_b += step_b;
+        if (next_m >= a.M) {
+          next_m -= a.M;
+          ++next_b;
+        }
+      }
 #pragma unroll
-            for (int q = 0; q < 8; ++q) {
-              const int kk = k0 + (q & 3) + (q >> 2) * 64;
+      for (int r = 0; r < BATCH; ++r) {
+        lo[r] = hi[r] = make_uint4(0u, 0u, 0u, 0u);
+        if (base + r * THREADS < units) {
+          const int lbk = lbs[r];
+          const int k0 = (!BAL || lbk < la ? blk0 + lbk : lbk - la) * 128 + 8 * c;
+          const uint16_t* xr = a.x + (size_t)ms[r] * a.ldx + k0;
 #ifdef W4_XFORM
-              e[q] = kk < a.K ? xelem(ln >> 2, kk) : 0u;
+          if (a.xform == 0 && xvec && k0 + 71 < a.K) {
 #else
-              e[q] = kk < a.K ? (uint32_t)__ldg(xr + (q & 3) + (q >> 2) * 64) : 0u;
+          if (xvec && k0 + 71 < a.K) {
+#endif
+            lo[r] = __ldg(reinterpret_cast<const uint4*>(xr));
+            hi[r] = __ldg(reinterpret_cast<const uint4*>(xr + 64));
+          } else {  // the end of K, an unaligned x (or a fused input transform): element by element
+            uint32_t e[16];
+#pragma unroll
+            for (int q = 0; q < 16; ++q) {
+              const int kk = k0 + (q & 7) + (q >> 3) * 64;
+#ifdef W4_XFORM
+              e[q] = kk < a.K ? xelem(ms[r], kk) : 0u;
+#else
+              e[q] = kk < a.K ? (uint32_t)__ldg(xr + (q & 7) + (q >> 3) * 64) : 0u;
 #endif
             }
-            lo[r] = make_uint2(e[0] | (e[1] << 16), e[2] | (e[3] << 16));
-            hi[r] = make_uint2(e[4] | (e[5] << 16), e[6] | (e[7] << 16));
+            lo[r] = make_uint4(e[0] | (e[1] << 16), e[2] | (e[3] << 16), e[4] | (e[5] << 16), e[6] | (e[7] << 16));
+            hi[r] = make_uint4(e[8] | (e[9] << 16), e[10] | (e[11] << 16), e[12] | (e[13] << 16),
+                               e[14] | (e[15] << 16));
           }
         }
       }
 #pragma unroll
       for (int r = 0; r < BATCH; ++r) {
-        const int un = base + r * THREADS;
-        if (un < units) {
-          const int ln = un % lanes_m, rest = un / lanes_m;
-          const int j = rest & 3, lb = rest >> 2;
-          uint32_t* d = xs32 + ((lb * 4) * lanes_m + ln) * 4 + j;  // piece q adds q * lanes_m * 4 words
-          const int pq = lanes_m * 4;
-          d[0] = __byte_perm(lo[r].x, hi[r].x, 0x5410);       // (x[k0], x[k0 + 64])
-          d[pq] = __byte_perm(lo[r].x, hi[r].x, 0x7632);      // (x[k0 + 1], x[k0 + 65])
-          d[2 * pq] = __byte_perm(lo[r].y, hi[r].y, 0x5410);  // (x[k0 + 2], x[k0 + 66])
-          d[3 * pq] = __byte_perm(lo[r].y, hi[r].y, 0x7632);  // (x[k0 + 3], x[k0 + 67])
+        if (base + r * THREADS < units) {
+          // lane slot 4 m + 2 (c % 2) (then + 1 for e >= 4), slot j = c / 2 of its pieces
+          uint32_t* d = xs32 + ((lbs[r] * 4) * lanes_m + 4 * ms[r] + 2 * (c & 1)) * 4 + (c >> 1);
+          d[0] = __byte_perm(lo[r].x, hi[r].x, 0x5410);           // e = 0: (x[k0], x[k0 + 64])
+          d[pq] = __byte_perm(lo[r].x, hi[r].x, 0x7632);          // e = 1
+          d[2 * pq] = __byte_perm(lo[r].y, hi[r].y, 0x5410);      // e = 2
+          d[3 * pq] = __byte_perm(lo[r].y, hi[r].y, 0x7632);      // e = 3
+          d[4] = __byte_perm(lo[r].z, hi[r].z, 0x5410);           // e = 4: the next lane slot
+          d[4 + pq] = __byte_perm(lo[r].z, hi[r].z, 0x7632);      // e = 5
+          d[4 + 2 * pq] = __byte_perm(lo[r].w, hi[r].w, 0x5410);  // e = 6
+          d[4 + 3 * pq] = __byte_perm(lo[r].w, hi[r].w, 0x7632);  // e = 7
         }
       }
     }
