@@ -126,7 +126,8 @@ TUNED = {
 }
 # Measured winners on GPUs other than the H100 TUNED was measured on, ahead of TUNED and BALANCED on a GPU whose name
 # (torch.cuda.get_device_name) holds the key; the form of a picks file: (N, K) -> {M bucket: (variant, waves, cluster
-# reduction, balanced schedule)}.
+# reduction, balanced schedule)}. Keys 1 and 4 (any table, session 37) serve one token and 2..4 tokens, ahead of
+# bucket 8.
 # H200 (session 27, bench/results/h200/kernels_s27/README.md): the same SMs as the H100 and ~1.4x its copy bandwidth.
 # Call 1 ran kernels_s25/sweep.py over every build (waves 0.5 / 1 / 2; the cluster reduction on and off at 16 tokens)
 # at 1 and 16 tokens, rotate timing, one process; an entry is its fastest arm where that beat TUNED's config by more
@@ -136,20 +137,48 @@ TUNED = {
 # (within 2%), and in the 8B decode step the balanced schedule lost on every layer (call 3: 1.916 -> 2.07-2.43 ms).
 # M = 2..8 and 9..15 take these entries unmeasured, as they take TUNED's. Session 28 (kernels_s28/README.md) added Qwen3
 # down at one token, measured the same way with that session's builds.
+# Session 37 (bench/results/h200/kernels_s37/README.md, call 4): this session's kernel (the faster staging) re-tuned at
+# 16 and 8 tokens with kernels_s25/sweep.py (14 builds x waves 0.5 / 1 x cluster off / on, rotate timing, one process;
+# an entry where an arm beat the served config by more than 2% at both its timings; us, served -> this). Bucket 8 had
+# come from one-token sweeps and served 2..8 tokens unmeasured: at 8 tokens the fastest arms were 11-65% faster (8B
+# down 36.51 -> 13.49 us). Those one-token configs stay, under key 1 (one token only). Key 4 (2..4 tokens): the
+# one-token config where it was faster than the 8-token one in the W4A16 tables of calls 3 and 5 (the two configs'
+# CUDA GEMV column at 2 and 4 tokens, summed; two machines), and on the fused shapes, which the table lacks.
 TUNED_BY_GPU: dict[str, dict[tuple[int, int], dict[int, tuple[str, float, bool, bool]]]] = {
     "H200": {
-        (14336, 4096): {8: ("w16b2s2", 1.0, False, False)},  # 8B gate / up: 8 12.06 -> 11.42
-        (8192, 8192): {16: ("w8b2s2r2", 1.0, False, False)},  # 70B q / o: 16 22.48 -> 18.99
-        (1024, 4096): {16: ("w8b2s4", 0.5, True, False)},  # 8B k / v: 16 5.96 -> 5.07
-        # 70B gate / up: 8 37.54 -> 36.78; 16 66.76 -> 60.76
-        (28672, 8192): {8: ("w16b2s2", 1.0, False, False), 16: ("w8b2s2r2", 0.5, False, False)},
-        (8192, 28672): {8: ("w8b2s2r2", 1.0, False, False)},  # 70B down: 8 37.84 -> 36.20
-        (6144, 4096): {16: ("w8b2s2r2", 2.0, True, False)},  # 8B fused qkv: 16 10.98 -> 10.59
-        (28672, 4096): {16: ("w8b2s2r2", 2.0, False, False)},  # 8B fused gate_up: 16 39.89 (balanced) -> 35.09
-        # Qwen3-8B fused gate_up: 8 17.76 -> 17.11; 16 31.96 -> 27.55
+        # 8B gate / up: 1 12.06 -> 11.42 (session 27); 8 13.84 -> 12.30 (session 37)
+        (14336, 4096): {1: ("w16b2s2", 1.0, False, False), 4: ("w16b2s2", 1.0, False, False),
+                        8: ("w16b2s2", 0.5, True, False)},
+        # 70B q / o: 16 22.48 -> 18.99 (session 27); 8 25.16 -> 15.99 (37)
+        (8192, 8192): {1: ("w16b2s2k4", 1.0, False, False), 8: ("w8b2s2r2", 1.0, False, False),
+                       16: ("w8b2s2r2", 1.0, False, False)},
+        # 8B k / v: 16 5.96 -> 5.07 (27); 8 5.06 -> 3.97 (37)
+        (1024, 4096): {1: ("w16b2s2k16", 0.5, False, False), 4: ("w16b2s2k16", 0.5, False, False),
+                       8: ("w4b2s3r2", 1.0, True, False), 16: ("w8b2s4", 0.5, True, False)},
+        # 70B gate / up: 1 37.54 -> 36.78; 16 66.76 -> 60.76 (27); 8 52.10 -> 44.47 (37)
+        (28672, 8192): {1: ("w16b2s2", 1.0, False, False), 4: ("w16b2s2", 1.0, False, False),
+                        8: ("w8b2s2r2", 0.5, True, False), 16: ("w8b2s2r2", 0.5, False, False)},
+        # 70B down: 1 37.84 -> 36.20 (27); 8 53.79 -> 50.05 (37)
+        (8192, 28672): {1: ("w8b2s2r2", 1.0, False, False), 4: ("w8b2s2r2", 1.0, False, False),
+                        8: ("w8b2s3", 0.5, False, False)},
+        # 8B fused qkv: 16 10.98 -> 10.59 (27); 8 11.90 -> 8.00 (37)
+        (6144, 4096): {1: ("w16b2s2k4", 1.0, False, False), 4: ("w16b2s2k4", 1.0, False, False),
+                       8: ("w8b2s3", 0.5, True, False), 16: ("w8b2s2r2", 2.0, True, False)},
+        # 8B fused gate_up: 16 39.89 (balanced) -> 35.09 (27); 8 25.93 -> 20.98 (37)
+        (28672, 4096): {1: ("w16b2s2", 1.0, False, False), 4: ("w16b2s2", 1.0, False, False),
+                        8: ("w8b2s2r2", 1.0, True, False), 16: ("w8b2s2r2", 2.0, False, False)},
+        # 8B q / o: 8 10.83 -> 6.51; 16 8.34 -> 7.64 (37)
+        (4096, 4096): {1: ("w16b2s2k8", 1.0, False, False), 4: ("w16b2s2k8", 1.0, False, False),
+                       8: ("w16b2s2k4", 0.5, True, False), 16: ("w8b2s3", 0.5, False, False)},
+        # 8B down: 8 36.51 -> 13.49 (37)
+        (4096, 14336): {1: ("w16b2s2k8", 1.0, False, False), 8: ("w16b2s2", 1.0, False, False)},
+        # 70B k / v: 8 9.67 -> 5.23; 16 6.47 -> 6.21 (37)
+        (1024, 8192): {1: ("w16b2s2k16", 0.5, False, False), 8: ("w16b2s3k4", 1.0, False, False),
+                       16: ("w8b2s3", 0.5, True, False)},
+        # Qwen3-8B fused gate_up: 8 17.76 -> 17.11; 16 31.96 -> 27.55 (27; bucket 8 measured at one token)
         (24576, 4096): {8: ("w4b2s4", 1.0, False, False), 16: ("w8b2s2r2", 0.5, False, False)},
         # Qwen3-8B down: 16 20.02 -> 17.66 (call 4); 8 (session 28, calls 4 and 8 on two machines, builds with the
-        # one-token accumulator sets) w8b2s3 10.43 / 10.41 -> 10.04 / 10.01
+        # one-token accumulator sets) w8b2s3 10.43 / 10.41 -> 10.04 / 10.01 (at one token)
         (4096, 12288): {8: ("w16b2s2k8", 1.0, False, False), 16: ("w8b2s2r2", 1.0, False, False)},
     },
 }
@@ -297,10 +326,13 @@ def default_config(m: int, n: int | None = None, k: int | None = None,
     schedule on / off for every shape with the variant and waves of the tables (BALANCED's entries go when 0);
     COMPRESS_W4A16_VARIANT overrides the variant for every M and shape."""
     bucket = next((b for b in sorted(DEFAULTS) if m <= b), max(DEFAULTS))
+    # A table's key 1 (one token) or 4 (2..4 tokens) comes before its bucket 8 (session 37).
+    keys = (1, bucket) if m == 1 else (4, bucket) if m <= 4 else (bucket,)
+    entry = lambda table: next((table[b] for b in keys if b in table), None)  # noqa: E731
     bal_env = balance_mode()
-    got = BALANCED.get((n, k), {}).get(bucket)
-    picked = picks_file().get((n, k), {}).get(bucket)
-    on_gpu = gpu_table(gpu).get((n, k), {}).get(bucket)
+    got = entry(BALANCED.get((n, k), {}))
+    picked = entry(picks_file().get((n, k), {}))
+    on_gpu = entry(gpu_table(gpu).get((n, k), {}))
     if picked is not None:
         name, waves, cluster, balanced = picked
     elif on_gpu is not None:
@@ -309,7 +341,7 @@ def default_config(m: int, n: int | None = None, k: int | None = None,
     elif got is not None and bal_env is not False:
         name, waves, cluster, balanced = *got, False, True
     else:
-        name, waves, cluster = TUNED.get((n, k), {}).get(bucket) or (*DEFAULTS[bucket], False)
+        name, waves, cluster = entry(TUNED.get((n, k), {})) or (*DEFAULTS[bucket], False)
         balanced = bool(bal_env)
     env = os.environ.get("COMPRESS_W4A16_VARIANT")
     if env is not None:

@@ -331,9 +331,15 @@ def test_gpu_tables_come_before_the_h100_tables(monkeypatch, tmp_path):
     assert w4a16_cuda.gpu_name(torch.device("cpu")) is None
     for table in w4a16_cuda.TUNED_BY_GPU.values():
         for (n, k), by_bucket in table.items():
-            for bucket, (name, waves, cluster, bal) in by_bucket.items():
-                assert bucket in w4a16_cuda.DEFAULTS and name in w4a16_cuda.VARIANTS and waves > 0
+            for bucket, (name, waves, cluster, bal) in by_bucket.items():  # keys 1 and 4: 1 and 2..4 tokens (s37)
+                assert (bucket in (1, 4) or bucket in w4a16_cuda.DEFAULTS) and name in w4a16_cuda.VARIANTS and waves > 0
                 assert w4a16_cuda.default_config(bucket, n, k, h200) == (name, waves, cluster, bal)
+    # One token takes key 1 where the table has it, 2..4 tokens key 4, else bucket 8 (2..8 tokens).
+    h200_table = w4a16_cuda.TUNED_BY_GPU["H200"]
+    assert w4a16_cuda.default_config(1, 4096, 14336, h200) == h200_table[(4096, 14336)][1]
+    assert w4a16_cuda.default_config(2, 4096, 14336, h200) == h200_table[(4096, 14336)][8]  # no key 4: bucket 8
+    assert w4a16_cuda.default_config(4, 4096, 4096, h200) == h200_table[(4096, 4096)][4]
+    assert w4a16_cuda.default_config(5, 4096, 4096, h200) == h200_table[(4096, 4096)][8]
     # 8B gate / up at one token: the H200's own winner; the H100's (TUNED) elsewhere.
     assert w4a16_cuda.default_config(1, 14336, 4096, h200) == ("w16b2s2", 1.0, False, False)
     assert w4a16_cuda.default_config(1, 14336, 4096, h100) == (*w4a16_cuda.TUNED[(14336, 4096)][8], False)
@@ -342,7 +348,7 @@ def test_gpu_tables_come_before_the_h100_tables(monkeypatch, tmp_path):
     assert w4a16_cuda.default_config(16, 28672, 4096, h100)[3] is True
     assert w4a16_cuda.default_config(16, 28672, 4096, h200) == ("w8b2s2r2", 2.0, False, False)
     # A shape the H200 table leaves out at this bucket falls through to TUNED.
-    assert w4a16_cuda.default_config(1, 4096, 4096, h200) == w4a16_cuda.default_config(1, 4096, 4096, h100)
+    assert w4a16_cuda.default_config(32, 4096, 4096, h200) == w4a16_cuda.default_config(32, 4096, 4096, h100)
     picks = tmp_path / "picks.json"
     picks.write_text('{"14336,4096": {"8": ["w8b2s3", 2.0, false, false]}}')
     monkeypatch.setenv("COMPRESS_W4A16_PICKS", str(picks))
