@@ -391,6 +391,13 @@ def test_picks_file_overrides_the_tables(monkeypatch, tmp_path):
     assert w4a16_cuda.default_config(1, 4096, 4096) == ("w16b2s3", 0.5, False, False)
     assert w4a16_cuda.default_config(16, 28672, 4096) == ("w8b2s4", 1.0, False, True)
     assert w4a16_cuda.default_config(16, 4096, 4096) == (*w4a16_cuda.TUNED[(4096, 4096)][16], False)
+    # Keys 1 (one token) and 4 (2..4 tokens) come before bucket 8 (session 37); 5..8 tokens take bucket 8.
+    f.write_text('{"1024,4096": {"1": ["w4b2s4", 1.0, false, false], "4": ["w8b2s3", 0.5, true, false], '
+                 '"8": ["w16b2s2", 2.0, false, false]}}')
+    w4a16_cuda._picks_cache.clear()
+    got = {m: w4a16_cuda.default_config(m, 1024, 4096)[:3] for m in (1, 2, 4, 5, 8)}
+    assert got == {1: ("w4b2s4", 1.0, False), 2: ("w8b2s3", 0.5, True), 4: ("w8b2s3", 0.5, True),
+                   5: ("w16b2s2", 2.0, False), 8: ("w16b2s2", 2.0, False)}
     bad = tmp_path / "bad.json"
     bad.write_text('{"4096,4096": {"8": ["w99", 0.5, false, false]}}')
     monkeypatch.setenv("COMPRESS_W4A16_PICKS", str(bad))
