@@ -17,8 +17,9 @@ COMPRESS_W4A16_CUDA=0 turns the kernel off; COMPRESS_W4A16_VARIANT forces a buil
 COMPRESS_W4A16_CLUSTER=1 / 0 forces split K reduced inside thread-block clusters / through the workspace (see the
 .cu header); COMPRESS_W4A16_BALANCE=1 / 0 forces the balanced schedule on (where its plan exists) / off (the
 per-row-group split of session 4) for every shape; COMPRESS_W4A16_PICKS=FILE.json takes (variant, waves,
-cluster, balanced) per shape and M bucket from a sweep's output ({"N,K": {"8": [...], "16": [...]}}; keys "1" and "4"
-serve one and 2..4 tokens ahead of "8") before the tables below (bench/results/h100/kernels_s6/ab.py writes one); COMPRESS_W4A16_PDL picks plain launches (0),
+cluster, balanced) per shape and M bucket from a sweep's output ({"N,K": {"8": [...], "16": [...]}}; keys "1"
+and "4" serve one and 2..4 tokens ahead of "8") before the tables below (bench/results/h100/kernels_s6/ab.py
+writes one); COMPRESS_W4A16_PDL picks plain launches (0),
 programmatic dependent launch (1) or, the default, the same with the weights read before the previous kernel is done (2: the weights must not be written by the kernel
 launched right before the GEMV; see the .cu header).
 

@@ -10,6 +10,10 @@ This session's changes to the GEMV, all found in its SASS (sm_90a, nvcc 13.0) on
   unit);
 - the weight copies' shared-memory addresses written so the compiler folds them (it rebuilt the swizzle per copy).
 
+Call 2 ran it at 4c90c77 (branch s37-offset-dequant), where the offset dequantization and its -DW4_OFFSET switch
+exist; main kept the kernel without it (the "s37 sub" arm's SASS, byte for byte), so on main the two s37 arms build the
+same kernel.
+
 Usage (repository root, GPU machine), with session 36's source beside the new one (its includes resolve there):
   git show edb8234:kernels/csrc/w4a16_gemv.cu > kernels/csrc/w4a16_gemv_s36.cu   # on the CPU machine, not committed
   python3 bench/results/h200/kernels_s37/offset_ab.py OUT_JSON
