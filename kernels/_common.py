@@ -68,10 +68,18 @@ def interpreter_dot_f32(dtype: torch.dtype) -> bool:
     return interpreting() and dtype == torch.bfloat16
 
 
+_SMS: dict[int, int] = {}
+
+
 def num_sms(device: torch.device) -> int:
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).multi_processor_count
-    return _DEFAULT_SMS
+    """Multiprocessors of a CUDA device (cached per device index: the launchers ask on every call), _DEFAULT_SMS
+    elsewhere."""
+    if device.type != "cuda":
+        return _DEFAULT_SMS
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    if idx not in _SMS:
+        _SMS[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
+    return _SMS[idx]
 
 
 def check_device(what: str, *tensors: torch.Tensor | None) -> None:

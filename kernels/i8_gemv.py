@@ -37,6 +37,7 @@ import torch
 
 from compress.errors import CompressError
 from kernels import cuda_build, sp24_registers
+from kernels.op_dispatch import direct_call
 
 SRC = Path(__file__).resolve().parent / "csrc" / "i8_gemv.cu"
 MAX_M = 64  # eight mma n-tiles of 8 tokens (session 11; 16 before)
@@ -342,9 +343,11 @@ def _launch(x: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor, meta_frag: 
     return launch_quantized(xq, sx, w, w_scale.reshape(-1), x.dtype, meta_frag, **kw).reshape(*lead, n)
 
 
-@torch.library.custom_op("compress::i8_gemv_w8a8", mutates_args=())
-def _w8a8_op(x: torch.Tensor, weight: torch.Tensor, w_scale: torch.Tensor) -> torch.Tensor:
+def _w8a8_op_impl(x: torch.Tensor, weight: torch.Tensor, w_scale: torch.Tensor) -> torch.Tensor:
     return _launch(x, weight, w_scale, None)
+
+
+_w8a8_op = torch.library.custom_op("compress::i8_gemv_w8a8", _w8a8_op_impl, mutates_args=())
 
 
 @_w8a8_op.register_fake
@@ -352,9 +355,11 @@ def _(x, weight, w_scale):
     return x.new_empty(*x.shape[:-1], weight.shape[0])
 
 
-@torch.library.custom_op("compress::i8_gemv_sparse24", mutates_args=())
-def _sparse24_op(x: torch.Tensor, values: torch.Tensor, meta_frag: torch.Tensor, w_scale: torch.Tensor) -> torch.Tensor:
+def _sparse24_op_impl(x: torch.Tensor, values: torch.Tensor, meta_frag: torch.Tensor, w_scale: torch.Tensor) -> torch.Tensor:
     return _launch(x, values, w_scale, meta_frag)
+
+
+_sparse24_op = torch.library.custom_op("compress::i8_gemv_sparse24", _sparse24_op_impl, mutates_args=())
 
 
 @_sparse24_op.register_fake
@@ -364,16 +369,22 @@ def _(x, values, meta_frag, w_scale):
 
 def w8a8_gemv(x: torch.Tensor, weight: torch.Tensor, w_scale: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """W8A8 for at most 64 tokens: x (..., K) fp16/bf16, weight int8 (N, K), w_scale (N,) fp32 -> (..., N)."""
-    _check("w8a8_gemv", x, weight, w_scale.reshape(-1), False, None)  # here too: the custom op would wrap the error
-    y = torch.ops.compress.i8_gemv_w8a8(x, weight, w_scale.reshape(-1))
+    if direct_call(x, weight, w_scale):  # eager: the launcher itself (kernels._common.direct_call)
+        y = _w8a8_op_impl(x, weight, w_scale.reshape(-1))
+    else:
+        _check("w8a8_gemv", x, weight, w_scale.reshape(-1), False, None)  # here too: the custom op would wrap the error
+        y = torch.ops.compress.i8_gemv_w8a8(x, weight, w_scale.reshape(-1))
     return y + bias if bias is not None else y
 
 
 def sparse24_w8a8_gemv(x: torch.Tensor, values: torch.Tensor, meta_frag: torch.Tensor, w_scale: torch.Tensor,
                        bias: torch.Tensor | None = None) -> torch.Tensor:
     """W8A8 on 2:4 weights for at most 64 tokens: values int8 (N, K/2), meta_frag from `pack_meta_fragments`."""
-    _check("sparse24_w8a8_gemv", x, values, w_scale.reshape(-1), True, meta_frag)
-    y = torch.ops.compress.i8_gemv_sparse24(x, values, meta_frag, w_scale.reshape(-1))
+    if direct_call(x, values, meta_frag, w_scale):  # eager: the launcher itself (kernels._common.direct_call)
+        y = _sparse24_op_impl(x, values, meta_frag, w_scale.reshape(-1))
+    else:
+        _check("sparse24_w8a8_gemv", x, values, w_scale.reshape(-1), True, meta_frag)
+        y = torch.ops.compress.i8_gemv_sparse24(x, values, meta_frag, w_scale.reshape(-1))
     return y + bias if bias is not None else y
 
 

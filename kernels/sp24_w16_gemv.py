@@ -30,6 +30,7 @@ import torch
 
 from compress.errors import CompressError
 from kernels import cuda_build, sp24_registers
+from kernels.op_dispatch import direct_call
 
 SRC = Path(__file__).resolve().parent / "csrc" / "sp24_w16_gemv.cu"
 MAX_M = 8  # one mma n-tile of tokens
@@ -288,15 +289,17 @@ def _rows(x: torch.Tensor, k: int) -> torch.Tensor:
     return x2
 
 
-@torch.library.custom_op("compress::sp24_w16_gemv", mutates_args=())
-def _op(x: torch.Tensor, values: torch.Tensor, meta_frag: torch.Tensor, w_scale: torch.Tensor,
-        variant: str) -> torch.Tensor:
+def _op_impl(x: torch.Tensor, values: torch.Tensor, meta_frag: torch.Tensor, w_scale: torch.Tensor,
+             variant: str) -> torch.Tensor:
     _check("sparse24_w8a16_gemv", x, values, w_scale, meta_frag)  # its CompressError reaches the caller as it is
     k = x.shape[-1]
     x2 = _rows(x, k)
     if x2.shape[0] == 0:
         return x.new_empty(*x.shape[:-1], values.shape[0])
     return launch(x2, values, meta_frag, w_scale, name=variant).reshape(*x.shape[:-1], values.shape[0])
+
+
+_op = torch.library.custom_op("compress::sp24_w16_gemv", _op_impl, mutates_args=())
 
 
 @_op.register_fake
@@ -310,7 +313,8 @@ def sparse24_w8a16_gemv(x: torch.Tensor, values: torch.Tensor, meta_frag: torch.
     `pack_meta_fragments`, w_scale (N,) fp32 -> (..., N) in x's dtype. variant: a build of `VARIANTS`."""
     if variant not in VARIANTS:
         raise CompressError(f"sparse24_w8a16_gemv: variant {variant!r} is not one of {sorted(VARIANTS)}")
-    y = torch.ops.compress.sp24_w16_gemv(x, values, meta_frag, w_scale.reshape(-1), variant)
+    op = _op_impl if direct_call(x, values, meta_frag, w_scale) else torch.ops.compress.sp24_w16_gemv
+    y = op(x, values, meta_frag, w_scale.reshape(-1), variant)
     return y + bias if bias is not None else y
 
 

@@ -46,6 +46,7 @@ from kernels._common import (check_activation, check_device, config_chunks, inte
                              splitk_buffers, splitk_epilogue, swap_ab_pids, swap_ab_store, tuned_config)
 from kernels.w8a8 import (ACT_EPS, _int8_codes, _quantize, _quantize_tile, _row_scales, quantize_per_token,
                           quantize_per_token_ref)
+from kernels.op_dispatch import direct_call
 
 GEMV_MAX_M = 1  # the PRMT GEMV re-reads the weights per token: from 2 tokens the tensor-core kernel wins (session 15)
 # `_sparse24_tc_kernel`'s configs from 2 tokens. Session 14's H100 sweep (bench/results/h100/kernels_s14/, calls 9-10:
@@ -1438,9 +1439,11 @@ def _launch_w8a16(x, values, meta, w_scale, config: dict | None = None) -> torch
     return F.linear(x2, dequantize_w8a16_sparse24(values, meta, k, sw, x.dtype)).reshape(*lead, n)
 
 
-@torch.library.custom_op("compress::sparse24_linear", mutates_args=())
-def _sparse24_op(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor) -> torch.Tensor:
+def _sparse24_op_impl(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor) -> torch.Tensor:
     return _launch(x, values, meta, None)
+
+
+_sparse24_op = torch.library.custom_op("compress::sparse24_linear", _sparse24_op_impl, mutates_args=())
 
 
 @_sparse24_op.register_fake
@@ -1448,9 +1451,11 @@ def _(x, values, meta):
     return x.new_empty(*x.shape[:-1], values.shape[0])
 
 
-@torch.library.custom_op("compress::sparse24_w8a8_linear", mutates_args=())
-def _sparse24_w8a8_op(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, w_scale: torch.Tensor) -> torch.Tensor:
+def _sparse24_w8a8_op_impl(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, w_scale: torch.Tensor) -> torch.Tensor:
     return _launch(x, values, meta, w_scale)
+
+
+_sparse24_w8a8_op = torch.library.custom_op("compress::sparse24_w8a8_linear", _sparse24_w8a8_op_impl, mutates_args=())
 
 
 @_sparse24_w8a8_op.register_fake
@@ -1458,9 +1463,11 @@ def _(x, values, meta, w_scale):
     return x.new_empty(*x.shape[:-1], values.shape[0])
 
 
-@torch.library.custom_op("compress::sparse24_w8a16_linear", mutates_args=())
-def _sparse24_w8a16_op(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, w_scale: torch.Tensor) -> torch.Tensor:
+def _sparse24_w8a16_op_impl(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, w_scale: torch.Tensor) -> torch.Tensor:
     return _launch_w8a16(x, values, meta, w_scale)
+
+
+_sparse24_w8a16_op = torch.library.custom_op("compress::sparse24_w8a16_linear", _sparse24_w8a16_op_impl, mutates_args=())
 
 
 @_sparse24_w8a16_op.register_fake
@@ -1470,7 +1477,8 @@ def _(x, values, meta, w_scale):
 
 def sparse24_linear(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """y = x @ W^T (+ bias), W 2:4 sparse as compress.sparse24 fp16/bf16 values (N, K/2) + meta (N, K/32)."""
-    y = torch.ops.compress.sparse24_linear(x, values, meta)
+    op = _sparse24_op_impl if direct_call(x, values, meta) else torch.ops.compress.sparse24_linear
+    y = op(x, values, meta)
     return y + bias if bias is not None else y
 
 
@@ -1483,14 +1491,17 @@ def sparse24_linear_tiled(x: torch.Tensor, values: torch.Tensor, meta: torch.Ten
 def sparse24_w8a8_linear(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, w_scale: torch.Tensor,
                          bias: torch.Tensor | None = None) -> torch.Tensor:
     """W8A8 on 2:4 weights: int8 values (N, K/2) + meta, per-channel w_scale (N,), per-token int8 x."""
-    y = torch.ops.compress.sparse24_w8a8_linear(x, values, meta, w_scale)
+    op = _sparse24_w8a8_op_impl if direct_call(x, values, meta, w_scale) else torch.ops.compress.sparse24_w8a8_linear
+    y = op(x, values, meta, w_scale)
     return y + bias if bias is not None else y
 
 
 def sparse24_w8a16_linear(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, w_scale: torch.Tensor,
                           bias: torch.Tensor | None = None) -> torch.Tensor:
     """Weight-only int8 on 2:4 weights: int8 values (N, K/2) + meta, per-channel w_scale (N,), fp16/bf16 x as it is."""
-    y = torch.ops.compress.sparse24_w8a16_linear(x, values, meta, w_scale)
+    op = (_sparse24_w8a16_op_impl if direct_call(x, values, meta, w_scale)
+          else torch.ops.compress.sparse24_w8a16_linear)
+    y = op(x, values, meta, w_scale)
     return y + bias if bias is not None else y
 
 

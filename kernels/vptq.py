@@ -36,6 +36,7 @@ from compress.errors import CompressError
 from kernels import vptq_cluster, vptq_cuda, vptq_gemm_cuda, vptq_select
 from kernels._common import (check_activation, check_device, interpreter_dot_f32, plan_split_k, splitk_buffers,
                              splitk_epilogue)
+from kernels.op_dispatch import direct_call
 
 # Decode GEMV up to this many tokens; above, dequantize once and use the dense GEMM.
 GEMV_MAX_M = 4
@@ -418,14 +419,16 @@ def _linear_impl(x, n, indices, codebook, index_bits, res_indices, res_codebook,
     return (main + side).to(x.dtype).reshape(*lead, n)
 
 
-@torch.library.custom_op("compress::vptq_linear", mutates_args=())
-def _vptq_linear_op(x: torch.Tensor, out_features: int, indices: torch.Tensor, codebook: torch.Tensor, index_bits: int,
-                    res_indices: torch.Tensor | None, res_codebook: torch.Tensor | None, res_index_bits: int | None,
-                    scale: torch.Tensor | None, bias: torch.Tensor | None, outlier_cols: torch.Tensor | None,
-                    outlier_indices: torch.Tensor | None, outlier_codebook: torch.Tensor | None,
-                    outlier_index_bits: int | None) -> torch.Tensor:
+def _vptq_linear_op_impl(x: torch.Tensor, out_features: int, indices: torch.Tensor, codebook: torch.Tensor, index_bits: int,
+                         res_indices: torch.Tensor | None, res_codebook: torch.Tensor | None, res_index_bits: int | None,
+                         scale: torch.Tensor | None, bias: torch.Tensor | None, outlier_cols: torch.Tensor | None,
+                         outlier_indices: torch.Tensor | None, outlier_codebook: torch.Tensor | None,
+                         outlier_index_bits: int | None) -> torch.Tensor:
     return _linear_impl(x, out_features, indices, codebook, index_bits, res_indices, res_codebook, res_index_bits, scale, bias,
                         outlier_cols, outlier_indices, outlier_codebook, outlier_index_bits)
+
+
+_vptq_linear_op = torch.library.custom_op("compress::vptq_linear", _vptq_linear_op_impl, mutates_args=())
 
 
 @_vptq_linear_op.register_fake
@@ -454,12 +457,14 @@ def _gemm_impl(x, n, indices, codebook, index_bits, res_indices, res_codebook, r
     return out.reshape(*lead, n)
 
 
-@torch.library.custom_op("compress::vptq_gemm", mutates_args=())
-def _vptq_gemm_op(x: torch.Tensor, out_features: int, indices: torch.Tensor, codebook: torch.Tensor, index_bits: int,
-                  res_indices: torch.Tensor | None, res_codebook: torch.Tensor | None, res_index_bits: int | None,
-                  scale: torch.Tensor | None, bias: torch.Tensor | None, split: int = 0) -> torch.Tensor:
+def _vptq_gemm_op_impl(x: torch.Tensor, out_features: int, indices: torch.Tensor, codebook: torch.Tensor, index_bits: int,
+                       res_indices: torch.Tensor | None, res_codebook: torch.Tensor | None, res_index_bits: int | None,
+                       scale: torch.Tensor | None, bias: torch.Tensor | None, split: int = 0) -> torch.Tensor:
     return _gemm_impl(x, out_features, indices, codebook, index_bits, res_indices, res_codebook, res_index_bits, scale, bias,
                       split)
+
+
+_vptq_gemm_op = torch.library.custom_op("compress::vptq_gemm", _vptq_gemm_op_impl, mutates_args=())
 
 
 @_vptq_gemm_op.register_fake
@@ -467,14 +472,16 @@ def _(x, out_features, indices, codebook, index_bits, res_indices, res_codebook,
     return x.new_empty(*x.shape[:-1], out_features)
 
 
-@torch.library.custom_op("compress::vptq_dequantize", mutates_args=())
-def _vptq_dequantize_op(out_features: int, indices: torch.Tensor, codebook: torch.Tensor, index_bits: int,
-                        res_indices: torch.Tensor | None, res_codebook: torch.Tensor | None, res_index_bits: int | None,
-                        scale: torch.Tensor | None, bias: torch.Tensor | None, outlier_cols: torch.Tensor | None,
-                        outlier_indices: torch.Tensor | None, outlier_codebook: torch.Tensor | None,
-                        outlier_index_bits: int | None, dtype: torch.dtype) -> torch.Tensor:
+def _vptq_dequantize_op_impl(out_features: int, indices: torch.Tensor, codebook: torch.Tensor, index_bits: int,
+                             res_indices: torch.Tensor | None, res_codebook: torch.Tensor | None, res_index_bits: int | None,
+                             scale: torch.Tensor | None, bias: torch.Tensor | None, outlier_cols: torch.Tensor | None,
+                             outlier_indices: torch.Tensor | None, outlier_codebook: torch.Tensor | None,
+                             outlier_index_bits: int | None, dtype: torch.dtype) -> torch.Tensor:
     return _dequantize_impl(out_features, indices.shape[0], indices, codebook, index_bits, res_indices, res_codebook,
                             res_index_bits, scale, bias, outlier_cols, outlier_indices, outlier_codebook, outlier_index_bits, dtype)
+
+
+_vptq_dequantize_op = torch.library.custom_op("compress::vptq_dequantize", _vptq_dequantize_op_impl, mutates_args=())
 
 
 @_vptq_dequantize_op.register_fake
@@ -492,9 +499,10 @@ def vptq_linear(x: torch.Tensor, out_features: int, indices: torch.Tensor, codeb
     codebook (k, v) fp16; optional residual pair, scale/bias (N,) (the per-channel normalisation, not a
     layer bias) and outlier triple. Returns (..., N) in x's dtype. GEMV for M <= GEMV_MAX_M, else
     dequantize + F.linear."""
-    return torch.ops.compress.vptq_linear(x, out_features, indices, codebook, index_bits, res_indices, res_codebook,
-                                          res_index_bits, scale, bias, outlier_cols, outlier_indices, outlier_codebook,
-                                          outlier_index_bits)
+    op = (_vptq_linear_op_impl if direct_call(x, indices, codebook, res_indices, res_codebook, scale, bias, outlier_cols,
+                                              outlier_indices, outlier_codebook) else torch.ops.compress.vptq_linear)
+    return op(x, out_features, indices, codebook, index_bits, res_indices, res_codebook, res_index_bits, scale, bias,
+              outlier_cols, outlier_indices, outlier_codebook, outlier_index_bits)
 
 
 def vptq_gemm(x: torch.Tensor, out_features: int, indices: torch.Tensor, codebook: torch.Tensor, index_bits: int,
@@ -506,8 +514,9 @@ def vptq_gemm(x: torch.Tensor, out_features: int, indices: torch.Tensor, codeboo
     whole weight. The runtime offers it beside `vptq_linear` and runs whichever it measures faster. split: slices of K
     for the CUDA kernel (0: its plan; `kernels.vptq_gemm_cuda.split_candidates` lists the ones worth timing); the
     Triton kernel ignores it."""
-    return torch.ops.compress.vptq_gemm(x, out_features, indices, codebook, index_bits, res_indices, res_codebook,
-                                        res_index_bits, scale, bias, split)
+    op = (_vptq_gemm_op_impl if direct_call(x, indices, codebook, res_indices, res_codebook, scale, bias)
+          else torch.ops.compress.vptq_gemm)
+    return op(x, out_features, indices, codebook, index_bits, res_indices, res_codebook, res_index_bits, scale, bias, split)
 
 
 def vptq_dequantize(out_features: int, indices: torch.Tensor, codebook: torch.Tensor, index_bits: int,
@@ -517,9 +526,10 @@ def vptq_dequantize(out_features: int, indices: torch.Tensor, codebook: torch.Te
                     outlier_codebook: torch.Tensor | None = None, outlier_index_bits: int | None = None,
                     dtype: torch.dtype = torch.float16) -> torch.Tensor:
     """W_hat (N, K) in `dtype`, decoded on the GPU."""
-    return torch.ops.compress.vptq_dequantize(out_features, indices, codebook, index_bits, res_indices, res_codebook,
-                                              res_index_bits, scale, bias, outlier_cols, outlier_indices, outlier_codebook,
-                                              outlier_index_bits, dtype)
+    op = (_vptq_dequantize_op_impl if direct_call(indices, codebook, res_indices, res_codebook, scale, bias, outlier_cols,
+                                                  outlier_indices, outlier_codebook) else torch.ops.compress.vptq_dequantize)
+    return op(out_features, indices, codebook, index_bits, res_indices, res_codebook, res_index_bits, scale, bias,
+              outlier_cols, outlier_indices, outlier_codebook, outlier_index_bits, dtype)
 
 
 def unpack_indices_ref(packed: torch.Tensor, bits: int, count: int) -> torch.Tensor:

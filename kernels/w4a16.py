@@ -30,6 +30,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 from kernels._common import (check_activation, check_device, config_chain, interpreter_dot_f32, interpreting,
                              pdl_enabled, plan_split_fill, plan_split_k, pow2_floor, splitk_buffers, splitk_epilogue,
                              tuned_config)
+from kernels.op_dispatch import direct_call
 
 # Largest M of session 2's CUDA-core GEMV (kept for the sweeps; `_config` no longer picks it).
 GEMV_MAX_M = 1
@@ -819,9 +820,11 @@ def _launch(x, qweight, scales, zeros, group_size: int, config: dict | None = No
     return out.reshape(*lead, n)
 
 
-@torch.library.custom_op("compress::w4a16_linear", mutates_args=())
-def _w4a16_op(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None, group_size: int) -> torch.Tensor:
+def _w4a16_op_impl(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None, group_size: int) -> torch.Tensor:
     return _launch(x, qweight, scales, zeros, group_size)
+
+
+_w4a16_op = torch.library.custom_op("compress::w4a16_linear", _w4a16_op_impl, mutates_args=())
 
 
 @_w4a16_op.register_fake
@@ -836,7 +839,8 @@ def w4a16_linear(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, z
     x (..., K) fp16/bf16; qweight int32 (N, Kp/8); scales (G, N); zeros uint8 (G, N) or None
     (symmetric, z = 8). Returns (..., N) in x's dtype.
     """
-    y = torch.ops.compress.w4a16_linear(x, qweight, scales, zeros, group_size)
+    op = _w4a16_op_impl if direct_call(x, qweight, scales, zeros) else torch.ops.compress.w4a16_linear
+    y = op(x, qweight, scales, zeros, group_size)
     return y + bias if bias is not None else y
 
 

@@ -43,6 +43,7 @@ import torch
 from compress.errors import CompressError
 from compress.packing.int4 import BLOCK_K, GROUP_SIZES, num_groups, padded_k
 from kernels import cuda_build
+from kernels.op_dispatch import direct_call
 
 SRC = Path(__file__).resolve().parent / "csrc" / "w4a16_gemv.cu"
 MAX_M = 64  # eight mma n-tiles of 8 tokens (session 8; 16 before)
@@ -599,10 +600,12 @@ def _launch(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros:
     return out.reshape(*lead, n)
 
 
-@torch.library.custom_op("compress::w4a16_gemv", mutates_args=())
-def _w4a16_gemv_op(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None,
-                   group_size: int) -> torch.Tensor:
+def _w4a16_gemv_op_impl(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None,
+                        group_size: int) -> torch.Tensor:
     return _launch(x, qweight, scales, zeros, group_size)
+
+
+_w4a16_gemv_op = torch.library.custom_op("compress::w4a16_gemv", _w4a16_gemv_op_impl, mutates_args=())
 
 
 @_w4a16_gemv_op.register_fake
@@ -617,8 +620,11 @@ def w4a16_gemv(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zer
     x (..., K) fp16/bf16 with M = prod(...) <= 64; qweight int32 (N, Kp/8); scales (G, N) in x's dtype;
     zeros uint8 (G, N) or None (symmetric, z = 8). Returns (..., N) in x's dtype.
     """
-    _check(x, qweight, scales, zeros, group_size)  # here too: the custom op would wrap the error
-    y = torch.ops.compress.w4a16_gemv(x, qweight, scales, zeros, group_size)
+    if direct_call(x, qweight, scales, zeros):  # eager: the launcher itself (kernels._common.direct_call)
+        y = _w4a16_gemv_op_impl(x, qweight, scales, zeros, group_size)
+    else:
+        _check(x, qweight, scales, zeros, group_size)  # here too: the custom op would wrap the error
+        y = torch.ops.compress.w4a16_gemv(x, qweight, scales, zeros, group_size)
     return y + bias if bias is not None else y
 
 

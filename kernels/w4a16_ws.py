@@ -26,6 +26,7 @@ import torch
 
 from compress.errors import CompressError
 from kernels import cuda_build, w4a16_cc, w4a16_cuda
+from kernels.op_dispatch import direct_call
 
 SRC = Path(__file__).resolve().parent / "csrc" / "w4a16_ws_gemv.cu"
 # Launch configs, as the .cu's CONFIGS table: (consumer warps, rows per warp, 512-byte spans of a row a ring stage holds,
@@ -162,10 +163,12 @@ def _launch(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros:
     return out
 
 
-@torch.library.custom_op("compress::w4a16_ws_gemv", mutates_args=())
-def _w4a16_ws_gemv_op(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None,
-                      group_size: int, config: int) -> torch.Tensor:
+def _w4a16_ws_gemv_op_impl(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None,
+                           group_size: int, config: int) -> torch.Tensor:
     return _launch(x, qweight, scales, zeros, group_size, None if config < 0 else config)
+
+
+_w4a16_ws_gemv_op = torch.library.custom_op("compress::w4a16_ws_gemv", _w4a16_ws_gemv_op_impl, mutates_args=())
 
 
 @_w4a16_ws_gemv_op.register_fake
@@ -184,6 +187,10 @@ def w4a16_ws_gemv(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, 
     if config is not None and not 0 <= config < len(CONFIGS):
         raise CompressError(f"w4a16_ws_gemv: config={config} is not an index of CONFIGS (0..{len(CONFIGS) - 1}); "
                             "pass None for the measured one")
-    _check(x, qweight, scales, zeros, group_size)  # here too: the custom op would wrap the error
-    y = torch.ops.compress.w4a16_ws_gemv(x, qweight, scales, zeros, group_size, -1 if config is None else int(config))
+    cfg = -1 if config is None else int(config)
+    if direct_call(x, qweight, scales, zeros):  # eager: the launcher itself (kernels._common.direct_call)
+        y = _w4a16_ws_gemv_op_impl(x, qweight, scales, zeros, group_size, cfg)
+    else:
+        _check(x, qweight, scales, zeros, group_size)  # here too: the custom op would wrap the error
+        y = torch.ops.compress.w4a16_ws_gemv(x, qweight, scales, zeros, group_size, cfg)
     return y + bias if bias is not None else y

@@ -28,6 +28,7 @@ import torch
 from compress.errors import CompressError
 from kernels import cuda_build, w4a16_cc, w4a16_cuda
 from kernels.w4a16 import padded_k
+from kernels.op_dispatch import direct_call
 
 SRC = Path(__file__).resolve().parent / "csrc" / "w4a16_ws_gemm.cu"
 # Launch configs, as the .cu's CONFIGS table: (consumer warps, 16-row tiles of a row group, 512-byte spans of a row a
@@ -254,10 +255,12 @@ def _launch(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros:
     return out
 
 
-@torch.library.custom_op("compress::w4a16_ws_gemm", mutates_args=())
-def _w4a16_ws_gemm_op(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None,
-                      group_size: int) -> torch.Tensor:
+def _w4a16_ws_gemm_op_impl(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None,
+                           group_size: int) -> torch.Tensor:
     return _launch(x, qweight, scales, zeros, group_size)
+
+
+_w4a16_ws_gemm_op = torch.library.custom_op("compress::w4a16_ws_gemm", _w4a16_ws_gemm_op_impl, mutates_args=())
 
 
 @_w4a16_ws_gemm_op.register_fake
@@ -272,6 +275,9 @@ def w4a16_ws_gemm(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, 
     x (..., K) fp16/bf16 with 1..16 tokens, K % 8 == 0; qweight int32 (N, Kp/8), N % 8 == 0; scales (G, N) in x's
     dtype; zeros uint8 (G, N) or None (symmetric, z = 8). Returns (..., N) in x's dtype.
     """
-    _check(x, qweight, scales, zeros, group_size)  # here too: the custom op would wrap the error
-    y = torch.ops.compress.w4a16_ws_gemm(x, qweight, scales, zeros, group_size)
+    if direct_call(x, qweight, scales, zeros):  # eager: the launcher itself (kernels._common.direct_call)
+        y = _w4a16_ws_gemm_op_impl(x, qweight, scales, zeros, group_size)
+    else:
+        _check(x, qweight, scales, zeros, group_size)  # here too: the custom op would wrap the error
+        y = torch.ops.compress.w4a16_ws_gemm(x, qweight, scales, zeros, group_size)
     return y + bias if bias is not None else y

@@ -40,6 +40,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 from kernels import w8a8_gemm_tma
 from kernels._common import (check_activation, check_device, config_chain, config_chunks, interpreting, num_sms,
                              pdl_enabled, pow2_floor, splitk_buffers, swap_ab_pids, swap_ab_store, tuned_config)
+from kernels.op_dispatch import direct_call
 
 ACT_EPS = 1e-8
 # Above this M, quantize activations in a separate pass (see module docstring).
@@ -663,9 +664,11 @@ def _gemm(xin, sx, weight, sw, out, cfg: dict, fused: bool = False, pdl: int = 0
     return out
 
 
-@torch.library.custom_op("compress::w8a8_linear", mutates_args=())
-def _w8a8_op(x: torch.Tensor, weight: torch.Tensor, w_scale: torch.Tensor) -> torch.Tensor:
+def _w8a8_op_impl(x: torch.Tensor, weight: torch.Tensor, w_scale: torch.Tensor) -> torch.Tensor:
     return _launch(x, weight, w_scale)
+
+
+_w8a8_op = torch.library.custom_op("compress::w8a8_linear", _w8a8_op_impl, mutates_args=())
 
 
 @_w8a8_op.register_fake
@@ -676,7 +679,8 @@ def _(x, weight, w_scale):
 def w8a8_linear(x: torch.Tensor, weight: torch.Tensor, w_scale: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """y = dequant(int8 GEMM(quant(x), weight)) (+ bias). x (..., K) fp16/bf16; weight int8 (N, K);
     w_scale (N,) or (N, 1) float. Returns (..., N) in x's dtype."""
-    y = torch.ops.compress.w8a8_linear(x, weight, w_scale)
+    op = _w8a8_op_impl if direct_call(x, weight, w_scale) else torch.ops.compress.w8a8_linear
+    y = op(x, weight, w_scale)
     return y + bias if bias is not None else y
 
 
