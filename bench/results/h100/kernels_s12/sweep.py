@@ -14,6 +14,9 @@ Usage (repository root, GPU machine): python3 bench/results/h100/kernels_s12/swe
   table  OUT/sweep.json and a table: fp16, ours before (the faster of the Triton launcher with the old tail and
          the CUDA GEMV), ours after (the same with the new tail and the pick), ratios; medians and slower rows.
 Rows go in priority order (the rows slower than fp16 first) so that SWEEP_LIMIT_S cuts the least useful ones.
+Session 38 (bench/results/h200/kernels_s38/): candidates at M >= w4a16.TILE_LAUNCH_MIN_M launch as the served tiles do
+there (w4a16.TILE_LAUNCH, programmatic dependent launch since session 13); before, they launched without it while the
+served config had it.
 """
 
 from __future__ import annotations
@@ -64,6 +67,12 @@ if os.environ.get("SWEEP_SHAPES"):
     ORDER = [(f"{nk}", int(nk.split("x")[0]), int(nk.split("x")[1])) for nk in os.environ["SWEEP_SHAPES"].split(",")]
 
 
+def _launch_rule(cfg, m):
+    """A candidate tile as the launcher serves tiles at m tokens: with w4a16.TILE_LAUNCH from TILE_LAUNCH_MIN_M."""
+    from kernels import w4a16
+    return cfg | w4a16.TILE_LAUNCH if m >= w4a16.TILE_LAUNCH_MIN_M else cfg
+
+
 def _warm_one(job):
     """Compile one Triton tile (S == 1, S > 1 and one step per split: Triton specialises integers equal to 1) or
     build one CUDA variant."""
@@ -95,7 +104,7 @@ def warm(t0):
     jobs = {("cuda", w4a16_cuda.default_config(m, n, k)[0]) for m in MS for _, n, k in ORDER}
     cur = {json.dumps({kk: v for kk, v in _config(m, n, k).items() if kk != "waves"}, sort_keys=True)
            for m in MS for _, n, k in ORDER if _config(m, n, k)["kind"] == "tc"}  # not the dequant path (M > 64)
-    cfgs = cur | {json.dumps(c, sort_keys=True) for m in MS for c in TILES[m]}
+    cfgs = cur | {json.dumps(_launch_rule(c, m), sort_keys=True) for m in MS for c in TILES[m]}
     jobs = sorted(jobs) + [("tc", (json.loads(c), 4)) for c in sorted(cfgs)] + [("tc", (json.loads(c), 1)) for c in sorted(cur)]
     import multiprocessing as mp
     with ProcessPoolExecutor(min(12, len(jobs)), mp_context=mp.get_context("spawn")) as pool:
@@ -154,7 +163,7 @@ def main():
                         break
                     per = -(-steps // split)
                     split = -(-steps // per)  # the launcher's even chunks
-                    cfg = tile | {"split": split}
+                    cfg = _launch_rule(tile, m) | {"split": split}
                     if any(c["cfg"] == cfg for c in r["cands"]):
                         continue
                     r["cands"].append({"cfg": cfg} | timed(tri(cfg), p, want))
