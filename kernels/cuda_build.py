@@ -31,9 +31,16 @@ def nvcc() -> str | None:
     return shutil.which("nvcc")
 
 
+_ARCH: dict[int, str] = {}
+
+
 def arch(device: torch.device) -> str:
-    major, minor = torch.cuda.get_device_capability(device)
-    return arch_of(major, minor)
+    """The nvcc architecture of a CUDA device ("90a"), cached per device index: every launcher asks it on every call
+    (the library key), and torch's capability lookup is a properties query."""
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    if idx not in _ARCH:
+        _ARCH[idx] = arch_of(*torch.cuda.get_device_capability(idx))
+    return _ARCH[idx]
 
 
 def arch_of(major: int, minor: int) -> str:
