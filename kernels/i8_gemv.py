@@ -369,7 +369,7 @@ def _(x, values, meta_frag, w_scale):
 
 def w8a8_gemv(x: torch.Tensor, weight: torch.Tensor, w_scale: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """W8A8 for at most 64 tokens: x (..., K) fp16/bf16, weight int8 (N, K), w_scale (N,) fp32 -> (..., N)."""
-    if direct_call(x, weight, w_scale):  # eager: the launcher itself (kernels._common.direct_call)
+    if direct_call(x, weight, w_scale):  # eager: the launcher itself (kernels.op_dispatch)
         y = _w8a8_op_impl(x, weight, w_scale.reshape(-1))
     else:
         _check("w8a8_gemv", x, weight, w_scale.reshape(-1), False, None)  # here too: the custom op would wrap the error
@@ -380,7 +380,7 @@ def w8a8_gemv(x: torch.Tensor, weight: torch.Tensor, w_scale: torch.Tensor, bias
 def sparse24_w8a8_gemv(x: torch.Tensor, values: torch.Tensor, meta_frag: torch.Tensor, w_scale: torch.Tensor,
                        bias: torch.Tensor | None = None) -> torch.Tensor:
     """W8A8 on 2:4 weights for at most 64 tokens: values int8 (N, K/2), meta_frag from `pack_meta_fragments`."""
-    if direct_call(x, values, meta_frag, w_scale):  # eager: the launcher itself (kernels._common.direct_call)
+    if direct_call(x, values, meta_frag, w_scale):  # eager: the launcher itself (kernels.op_dispatch)
         y = _sparse24_op_impl(x, values, meta_frag, w_scale.reshape(-1))
     else:
         _check("sparse24_w8a8_gemv", x, values, w_scale.reshape(-1), True, meta_frag)

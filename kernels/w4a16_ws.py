@@ -188,7 +188,7 @@ def w4a16_ws_gemv(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, 
         raise CompressError(f"w4a16_ws_gemv: config={config} is not an index of CONFIGS (0..{len(CONFIGS) - 1}); "
                             "pass None for the measured one")
     cfg = -1 if config is None else int(config)
-    if direct_call(x, qweight, scales, zeros):  # eager: the launcher itself (kernels._common.direct_call)
+    if direct_call(x, qweight, scales, zeros):  # eager: the launcher itself (kernels.op_dispatch)
         y = _w4a16_ws_gemv_op_impl(x, qweight, scales, zeros, group_size, cfg)
     else:
         _check(x, qweight, scales, zeros, group_size)  # here too: the custom op would wrap the error

@@ -275,7 +275,7 @@ def w4a16_ws_gemm(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, 
     x (..., K) fp16/bf16 with 1..16 tokens, K % 8 == 0; qweight int32 (N, Kp/8), N % 8 == 0; scales (G, N) in x's
     dtype; zeros uint8 (G, N) or None (symmetric, z = 8). Returns (..., N) in x's dtype.
     """
-    if direct_call(x, qweight, scales, zeros):  # eager: the launcher itself (kernels._common.direct_call)
+    if direct_call(x, qweight, scales, zeros):  # eager: the launcher itself (kernels.op_dispatch)
         y = _w4a16_ws_gemm_op_impl(x, qweight, scales, zeros, group_size)
     else:
         _check(x, qweight, scales, zeros, group_size)  # here too: the custom op would wrap the error
