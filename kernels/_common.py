@@ -10,7 +10,7 @@ import triton
 import triton.language as tl
 
 from compress.errors import CompressError
-from kernels.cuda_build import one_device
+from kernels.cuda_build import capability, device_index, one_device
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16)
 _TL_DTYPE = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}
@@ -23,9 +23,6 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
-_CAPABILITY: dict[int, tuple[int, int]] = {}
-
-
 def pdl_enabled(device: torch.device) -> bool:
     """Whether kernels launch with programmatic dependent launch on `device` (the decode step's kernels,
     compress/runtime/decode_kernels.py, and the W4A16 tensor-core tiles): Hopper or later, never in Triton's
@@ -34,10 +31,7 @@ def pdl_enabled(device: torch.device) -> bool:
         return False
     if os.environ.get("COMPRESS_DECODE_PDL", "1") == "0":
         return False
-    idx = device.index if device.index is not None else torch.cuda.current_device()
-    if idx not in _CAPABILITY:
-        _CAPABILITY[idx] = torch.cuda.get_device_capability(idx)
-    return _CAPABILITY[idx] >= (9, 0)
+    return capability(device) >= (9, 0)
 
 
 def _fix_interpreter_scalar_index() -> None:
@@ -76,7 +70,7 @@ def num_sms(device: torch.device) -> int:
     elsewhere."""
     if device.type != "cuda":
         return _DEFAULT_SMS
-    idx = device.index if device.index is not None else torch.cuda.current_device()
+    idx = device_index(device)
     if idx not in _SMS:
         _SMS[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
     return _SMS[idx]

@@ -31,16 +31,26 @@ def nvcc() -> str | None:
     return shutil.which("nvcc")
 
 
-_ARCH: dict[int, str] = {}
+def device_index(device: torch.device) -> int:
+    """The index of a CUDA device ("cuda" without one: the current device)."""
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+_CAPABILITY: dict[int, tuple[int, int]] = {}
+
+
+def capability(device: torch.device) -> tuple[int, int]:
+    """(major, minor) of a CUDA device, cached per device index: the launchers ask on every call (their library key,
+    whether they may launch with programmatic dependent launch), and torch's lookup is a properties query."""
+    idx = device_index(device)
+    if idx not in _CAPABILITY:
+        _CAPABILITY[idx] = torch.cuda.get_device_capability(idx)
+    return _CAPABILITY[idx]
 
 
 def arch(device: torch.device) -> str:
-    """The nvcc architecture of a CUDA device ("90a"), cached per device index: every launcher asks it on every call
-    (the library key), and torch's capability lookup is a properties query."""
-    idx = device.index if device.index is not None else torch.cuda.current_device()
-    if idx not in _ARCH:
-        _ARCH[idx] = arch_of(*torch.cuda.get_device_capability(idx))
-    return _ARCH[idx]
+    """The nvcc architecture of a CUDA device ("90a")."""
+    return arch_of(*capability(device))
 
 
 def arch_of(major: int, minor: int) -> str:

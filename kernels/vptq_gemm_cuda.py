@@ -79,7 +79,7 @@ def covers(x2: torch.Tensor, n: int, codebook: torch.Tensor, index_bits: int, re
         return False
     if not vptq_cuda.operands_ok(codebook, res_codebook, scale, bias):
         return False
-    major = torch.cuda.get_device_capability(x2.device)[0]
+    major = cuda_build.capability(x2.device)[0]
     return major >= 8 and smem_bytes(index_bits, rb) + 1024 <= vptq_cuda.smem_limit(x2.device)
 
 
