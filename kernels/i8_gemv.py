@@ -310,7 +310,7 @@ def launch_quantized(xq: torch.Tensor, sx: torch.Tensor | None, w: torch.Tensor,
     rc = lib.i8_gemv(xq.data_ptr(), xq.stride(0), None if qin else sx.data_ptr(), w.data_ptr(),
                      None if meta_frag is None else meta_frag.data_ptr(), w_scale.data_ptr(), out.data_ptr(),
                      ws.data_ptr(), cnt.data_ptr(), m, n, k, per, s, flags,
-                     torch.cuda.current_stream(xq.device).cuda_stream)
+                     cuda_build.stream_handle(xq.device))
     if rc != 0:
         raise CompressError(f"int8 CUDA GEMV: launch failed with code {rc} ({_RC.get(rc, 'CUDA error')}; M={m}, N={n}, "
                             f"K={k}, per={per}, split={s}, sparse={sparse}, variant {name})")
@@ -395,7 +395,7 @@ def probe_sparse_layout(device: torch.device | str = "cuda") -> dict:
     for (`meta_layout`, the dense A layout)}. Values that decode to nothing sensible are recorded as None."""
     dev = torch.device(device)
     out = torch.zeros(16384, dtype=torch.int32, device=dev)
-    rc = build(dev).i8_sp_probe(out.data_ptr(), torch.cuda.current_stream(dev).cuda_stream)
+    rc = build(dev).i8_sp_probe(out.data_ptr(), cuda_build.stream_handle(dev))
     if rc != 0:
         raise CompressError(f"i8_sp_probe failed with code {rc}")
     got = out.cpu().tolist()

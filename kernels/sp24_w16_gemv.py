@@ -274,7 +274,7 @@ def launch(x2: torch.Tensor, values: torch.Tensor, meta_frag: torch.Tensor, w_sc
     ldx = x2.stride(0) if m > 1 else k  # one row: its stride is never read
     rc = lib.sp24_w16_gemv(x2.data_ptr(), ldx, values.data_ptr(), meta_frag.data_ptr(), w_scale.data_ptr(),
                            out.data_ptr(), ws.data_ptr(), cnt.data_ptr(), m, n, k, per, s, flags,
-                           torch.cuda.current_stream(x2.device).cuda_stream)
+                           cuda_build.stream_handle(x2.device))
     if rc != 0:
         raise CompressError(f"W8A16 2:4 CUDA GEMV: launch failed with code {rc} ({_RC.get(rc, 'CUDA error')}; M={m}, "
                             f"N={n}, K={k}, per={per}, split={s}, variant {name})")
@@ -325,7 +325,7 @@ def probe_layout(device: torch.device | str = "cuda") -> dict:
     this module packs for (the A layout of the .cu header; `meta_layout` for each lane under its selector)}."""
     dev = torch.device(device)
     out = torch.zeros(4096 + 16384, dtype=torch.int32, device=dev)
-    rc = build(dev).sp24_w16_probe(out.data_ptr(), torch.cuda.current_stream(dev).cuda_stream)
+    rc = build(dev).sp24_w16_probe(out.data_ptr(), cuda_build.stream_handle(dev))
     if rc != 0:
         raise CompressError(f"sp24_w16_probe failed with code {rc}")
     got = out.cpu().tolist()

@@ -173,7 +173,7 @@ def gemv(x2: torch.Tensor, n: int, indices: torch.Tensor, codebook: torch.Tensor
         res_codebook.shape[0] if has_res else 0, rb, copies, scale.data_ptr() if scale is not None else None,
         bias.data_ptr() if bias is not None else None, out.data_ptr(), n, k, indices.shape[1],
         res_indices.shape[1] if has_res else 1, launch.gt, launch.lt, launch.cl, int(launch.smem), int(pdl_enabled()),
-        torch.cuda.current_stream(x2.device).cuda_stream)
+        cuda_build.stream_handle(x2.device))
     if rc != 0:
         raise CompressError(f"vptq cluster kernel: launch failed with code {rc} (n={n}, k={k}, bits={index_bits}/{rb}, "
                             f"{launch})")

@@ -143,7 +143,7 @@ def gemm(x2: torch.Tensor, n: int, indices: torch.Tensor, codebook: torch.Tensor
         index_bits, res_indices.data_ptr() if has_res else None, res_codebook.data_ptr() if has_res else None,
         res_codebook.shape[0] if has_res else 0, rb, scale.data_ptr() if scale is not None else None,
         bias.data_ptr() if bias is not None else None, out.data_ptr(), ws.data_ptr(), n, k, indices.shape[1],
-        res_indices.shape[1] if has_res else 1, s, torch.cuda.current_stream(x2.device).cuda_stream)
+        res_indices.shape[1] if has_res else 1, s, cuda_build.stream_handle(x2.device))
     if rc != 0:
         raise CompressError(f"vptq few-token CUDA kernel: launch failed with code {rc} (m={m}, n={n}, k={k}, "
                             f"bits={index_bits}/{rb}, split={s}); COMPRESS_VPTQ_GEMM_CUDA=0 runs the Triton kernel instead")

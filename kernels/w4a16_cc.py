@@ -177,7 +177,7 @@ def _launch(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros:
         x1.data_ptr(), int(x.dtype == torch.bfloat16), qweight.data_ptr(), scales.data_ptr(),
         None if zeros is None else zeros.data_ptr(), out.data_ptr(), n, k, group_size, config,
         {0: 0, 1: 1, 2: 3}[pdl] | (4 if persist else 0),
-        torch.cuda.current_stream(x.device).cuda_stream)
+        cuda_build.stream_handle(x.device))
     if rc != 0:
         raise CompressError(f"w4a16 CUDA-core GEMV: launch failed with code {rc} ({_RC.get(rc, 'CUDA error')}; N={n}, "
                             f"K={k}, group {group_size}, config {config})")

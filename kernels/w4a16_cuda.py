@@ -592,7 +592,7 @@ def _launch(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros:
     rc = lib.w4a16_gemv_x(
         x2.data_ptr(), int(x.dtype == torch.bfloat16), qweight.data_ptr(), scales.data_ptr(),
         ptr(zeros), out.data_ptr(), ws.data_ptr(), cnt.data_ptr(), m, n, k,
-        x2.stride(0), group_size, per, split, flags, torch.cuda.current_stream(x.device).cuda_stream,
+        x2.stride(0), group_size, per, split, flags, cuda_build.stream_handle(x.device),
         XFORM[xform], ptr(y), ptr(norm_w), ptr(s_out), float(eps))
     if rc != 0:
         raise CompressError(f"w4a16 CUDA GEMV: launch failed with code {rc} ({_RC.get(rc, 'CUDA error')}; M={m}, N={n}, "

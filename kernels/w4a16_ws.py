@@ -156,7 +156,7 @@ def _launch(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros:
     rc = build(x.device).w4ws_gemv(
         x1.data_ptr(), int(x.dtype == torch.bfloat16), qweight.data_ptr(), scales.data_ptr(),
         None if zeros is None else zeros.data_ptr(), out.data_ptr(), n, k, group_size, config, {0: 0, 1: 1, 2: 3}[pdl],
-        max_grid, torch.cuda.current_stream(x.device).cuda_stream)
+        max_grid, cuda_build.stream_handle(x.device))
     if rc != 0:
         raise CompressError(f"w4a16 warp-specialized GEMV: launch failed with code {rc} ({_RC.get(rc, 'CUDA error')}; "
                             f"N={n}, K={k}, group {group_size}, config {config})")

@@ -248,7 +248,7 @@ def _launch(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros:
         None if zeros is None else zeros.data_ptr(), out.data_ptr(), None if ws is None else ws.data_ptr(),
         None if cnt is None else cnt.data_ptr(), m, n, k, group_size, config, {0: 0, 1: 1, 2: 3}[pdl] | 4 * cluster,
         max_grid,
-        torch.cuda.current_stream(x.device).cuda_stream)
+        cuda_build.stream_handle(x.device))
     if rc != 0:
         raise CompressError(f"w4a16 warp-specialized GEMM: launch failed with code {rc} ({_RC.get(rc, 'CUDA error')}; "
                             f"M={m}, N={n}, K={k}, group {group_size}, config {config})")

@@ -224,20 +224,11 @@ template <typename T, bool ASYM, bool G64, int WARPS, int R, int U>
 int launch(Args a, bool pdl, bool persist, cudaStream_t stream) {
   auto kernel = w4cc_kernel<T, ASYM, G64, WARPS, R, U>;
   const size_t smem = smem_bytes(a, WARPS * R, ASYM);
-  if (smem > 48 * 1024) {
-    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    if (e != cudaSuccess) return (int)e;
-  }
+  int resident = 0;  // also raises the kernel's shared-memory limit where smem needs it
+  if (const int rc = resident_ctas(kernel, WARPS * 32, smem, &resident)) return rc;
   a.n_rg = (a.N + WARPS * R - 1) / (WARPS * R);
   int grid = a.n_rg;
-  if (persist) {  // as many CTAs as fit at once (the occupancy calculator), each taking several row groups
-    int dev = 0, sms = 0, per_sm = 0;
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, WARPS * 32, smem);
-    if (e != cudaSuccess) return (int)e;
-    grid = max(1, min(grid, sms * max(1, per_sm)));
-  }
+  if (persist) grid = max(1, min(grid, resident));  // as many CTAs as fit at once, each taking several row groups
   return launch_ex(kernel, a, grid, WARPS * 32, smem, pdl, stream);
 }
 

@@ -435,9 +435,8 @@ __host__ __device__ inline int chunk_len(int M, int Kp, int xkb) {
 template <typename T, bool ASYM, bool G64, int C, int RT, int U, int MT>
 int launch(Args a, int ns_max, int xkb, bool pdl, bool cluster, int max_grid, cudaStream_t stream) {
   using S = RingStage<ASYM, G64 ? 64 : 128, 16 * RT, U, 64>;
-  int dev = 0, sms = 0, optin = 0, per_sm = 0;
+  int dev = 0, optin = 0;
   cudaError_t e = cudaGetDevice(&dev);
-  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
   if (e != cudaSuccess) return (int)e;
   // As many ring stages as fit beside x and the partials (static shared memory: 2 x NS_MAX + 1 mbarriers), at most
@@ -453,18 +452,14 @@ int launch(Args a, int ns_max, int xkb, bool pdl, bool cluster, int max_grid, cu
   a.ns = min(ns_max, (optin - fixed) / S::BYTES);
   if (a.ns < 2) return -5;
   const size_t smem = smem_bytes<S, C, MT>(a.M, a.kcl, recv, a.ns);
-  if (smem > 48 * 1024) {
-    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    if (e != cudaSuccess) return (int)e;
-  }
   a.n_rg = (a.N + S::RB - 1) / S::RB;
-  e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, (C + 1) * 32, smem);
-  if (e != cudaSuccess) return (int)e;
-  if (per_sm < 1) return -5;
+  int all = 0;  // CTAs resident on the GPU (also raises the kernel's shared-memory limit to smem)
+  if (const int rc = resident_ctas(kernel, (C + 1) * 32, smem, &all)) return rc;
+  if (all < 1) return -5;
   // ks CTAs per row group (one per K chunk): the grid is a multiple of ks. A cluster's CTAs share a GPC, so fewer
   // clusters than SMs / ks may fit at once: the persistent grid takes as many as do.
   if (a.ks > 1 && !a.cl && (a.ws == nullptr || a.cnt == nullptr)) return -8;
-  int resident = sms * per_sm / a.ks;
+  int resident = all / a.ks;
   if (a.cl) {
     const LaunchConfig lc(dim3(a.ks * resident), (C + 1) * 32, smem, false, stream, dim3(a.ks, 1, 1));
     e = cudaOccupancyMaxActiveClusters(&resident, kernel, &lc.cfg);

@@ -264,18 +264,11 @@ int launch(Args a, bool pdl, int max_grid, cudaStream_t stream) {
   using S = Stage<ASYM, G64 ? 64 : 128, C, R, U>;
   auto kernel = w4ws_kernel<T, ASYM, G64, C, R, U, NS>;
   const size_t smem = (size_t)a.Kp * 2 + (size_t)up_floats(a.Kp) * 4 + (size_t)NS * S::BYTES;
-  if (smem > 48 * 1024) {
-    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    if (e != cudaSuccess) return (int)e;
-  }
   a.n_rg = (a.N + S::RB - 1) / S::RB;
-  int dev = 0, sms = 0, per_sm = 0;
-  cudaError_t e = cudaGetDevice(&dev);
-  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, (C + 1) * 32, smem);
-  if (e != cudaSuccess) return (int)e;
-  if (per_sm < 1) return -5;
-  int grid = min(a.n_rg, sms * per_sm);
+  int resident = 0;
+  if (const int rc = resident_ctas(kernel, (C + 1) * 32, smem, &resident)) return rc;
+  if (resident < 1) return -5;
+  int grid = min(a.n_rg, resident);
   if (max_grid > 0) grid = min(grid, max_grid);
   return launch_ex(kernel, a, grid, (C + 1) * 32, smem, pdl, stream);
 }
