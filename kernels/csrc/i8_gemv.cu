@@ -366,11 +366,10 @@ __global__ void __launch_bounds__(THREADS, 2) i8_gemv_kernel(const Args a) {
   if (threadIdx.x == 0) a.counters[blockIdx.x] = 0;
 }
 
-// The whole per-block shared memory for an instantiation (ring_common.cuh).
+// The whole per-block shared memory for an instantiation on the current device (launch_ex.cuh).
 template <typename T, bool SPARSE, int MT>
 int allow_smem(size_t* limit) {
-  static size_t raised = 0;
-  return raise_smem_limit(i8_gemv_kernel<T, SPARSE, MT>, &raised, limit);
+  return optin_smem_limit(i8_gemv_kernel<T, SPARSE, MT>, limit);
 }
 
 template <typename T, bool SPARSE, int MT>

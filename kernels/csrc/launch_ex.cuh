@@ -50,6 +50,78 @@ inline int launch_ex(Kernel kernel, const A& a, dim3 grid, int threads, size_t s
   return e != cudaSuccess ? (int)e : (int)cudaGetLastError();
 }
 
+// The CUDA runtime keeps a kernel's attributes per device (each device's context loads the module for itself): setting
+// one on the current device leaves the same kernel on another device as it was. Two helpers set them once per kernel,
+// device and attribute and remember what they set. Session 40 found the launchers remembering it per kernel only: on a
+// second GPU a kernel above 48 KB of dynamic shared memory then failed to launch (tests/test_second_gpu.py).
+
+// cudaFuncSetAttribute(kernel, attr, value) on the current device unless a value at least as large was set there
+// already (the callers only ever raise a limit or switch a permission on, so a remembered larger value stays valid).
+// Returns 0 or a cudaError_t.
+template <typename Kernel>
+int set_attribute_once(Kernel kernel, cudaFuncAttribute attr, int value) {
+  struct Set {
+    const void* fn;
+    int dev;
+    cudaFuncAttribute attr;
+    int value;
+  };
+  static std::mutex mu;
+  static std::vector<Set> done;
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return (int)e;
+  const void* fn = reinterpret_cast<const void*>(kernel);
+  std::lock_guard<std::mutex> lock(mu);
+  Set* s = nullptr;
+  for (Set& x : done) s = (x.fn == fn && x.dev == dev && x.attr == attr) ? &x : s;
+  if (s != nullptr && s->value >= value) return 0;
+  e = cudaFuncSetAttribute(kernel, attr, value);
+  if (e != cudaSuccess) return (int)e;
+  if (s == nullptr) done.push_back({fn, dev, attr, value}); else s->value = value;
+  return 0;
+}
+
+// Lets `kernel` use the current device's whole per-block shared memory (beyond 48 KB needs the opt-in; the opt-in limit
+// counts the static shared memory too, so asking for all of it as dynamic is an invalid value) and returns that
+// dynamic limit in `limit`: the ring launchers size their rings by it. Once per kernel and device. Returns 0 or a
+// cudaError_t.
+template <typename Kernel>
+int optin_smem_limit(Kernel kernel, size_t* limit) {
+  struct Known {
+    const void* fn;
+    int dev;
+    size_t limit;
+  };
+  static std::mutex mu;
+  static std::vector<Known> known;
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return (int)e;
+  const void* fn = reinterpret_cast<const void*>(kernel);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const Known& k : known) {
+      if (k.fn == fn && k.dev == dev) {
+        *limit = k.limit;
+        return 0;
+      }
+    }
+  }
+  int optin = 0;
+  e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+  if (e != cudaSuccess) return (int)e;
+  cudaFuncAttributes fa;
+  e = cudaFuncGetAttributes(&fa, kernel);
+  if (e != cudaSuccess) return (int)e;
+  const int dyn = optin - (int)fa.sharedSizeBytes;
+  if (const int rc = set_attribute_once(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, dyn)) return rc;
+  std::lock_guard<std::mutex> lock(mu);
+  known.push_back({fn, dev, (size_t)dyn});
+  *limit = (size_t)dyn;
+  return 0;
+}
+
 // The CTAs of `threads` threads and `smem` bytes of dynamic shared memory that fit on the current device at once (its
 // SM count times cudaOccupancyMaxActiveBlocksPerMultiprocessor; 0 when none fits), with the kernel's dynamic
 // shared-memory limit raised to `smem` first where it is above 48 KB. Asked of the runtime once per kernel, device,
@@ -66,14 +138,8 @@ int resident_ctas(Kernel kernel, int threads, size_t smem, int* resident) {
     size_t smem;
     int resident;
   };
-  struct Raised {
-    const void* fn;
-    int dev;
-    size_t smem;
-  };
   static std::mutex mu;
   static std::vector<Known> known;
-  static std::vector<Raised> raised;
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return (int)e;
@@ -86,13 +152,7 @@ int resident_ctas(Kernel kernel, int threads, size_t smem, int* resident) {
     }
   }
   if (smem > 48 * 1024) {
-    Raised* r = nullptr;
-    for (Raised& x : raised) r = (x.fn == fn && x.dev == dev) ? &x : r;
-    if (r == nullptr || r->smem < smem) {
-      e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-      if (e != cudaSuccess) return (int)e;
-      if (r == nullptr) raised.push_back({fn, dev, smem}); else r->smem = smem;
-    }
+    if (const int rc = set_attribute_once(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) return rc;
   }
   int sms = 0, per_sm = 0;
   e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);

@@ -61,25 +61,4 @@ __device__ __forceinline__ void grid_dep_launch() {
 #endif
 }
 
-// Lets `kernel` use the device's whole per-block shared memory (beyond 48 KB needs the opt-in; the opt-in limit counts
-// the static shared memory too, so asking for all of it as dynamic is an invalid value). Once per kernel: `raised`
-// (the caller's static, one per instantiation) remembers the dynamic limit set. Returns 0 or a cudaError_t.
-template <typename Kernel>
-int raise_smem_limit(Kernel kernel, size_t* raised, size_t* limit) {
-  if (*raised == 0) {
-    int dev = 0, optin = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-    cudaFuncAttributes fa;
-    cudaError_t e = cudaFuncGetAttributes(&fa, kernel);
-    if (e != cudaSuccess) return (int)e;
-    const int dyn = optin - (int)fa.sharedSizeBytes;
-    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, dyn);
-    if (e != cudaSuccess) return (int)e;
-    *raised = (size_t)dyn;
-  }
-  *limit = *raised;
-  return 0;
-}
-
 }  // namespace

@@ -321,8 +321,7 @@ __global__ void __launch_bounds__(THREADS, MIN_CTAS) sp24_w16_kernel(const Args 
 
 template <typename T>
 int allow_smem(size_t* limit) {
-  static size_t raised = 0;
-  return raise_smem_limit(sp24_w16_kernel<T>, &raised, limit);
+  return optin_smem_limit(sp24_w16_kernel<T>, limit);
 }
 
 template <typename T>

@@ -33,6 +33,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "launch_ex.cuh"
 #include "vptq_common.cuh"
 
 namespace {
@@ -253,11 +254,9 @@ int launch(const void* x, int M, const int32_t* idx, const void* cb, int kc, con
            cudaStream_t stream) {
   auto kern = vptq_gemm_kernel<XT, B, RB, MT>;
   const size_t smem = gemm_smem(B, RB);
-  static size_t configured = 0;  // per instantiation
-  if (smem > configured) {
-    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    if (e != cudaSuccess) return refused(e);
-    configured = smem;
+  // per kernel and device (launch_ex.cuh)
+  if (const int e = set_attribute_once(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem))) {
+    return refused(static_cast<cudaError_t>(e));
   }
   const dim3 grid((N + TILE_N - 1) / TILE_N, S);
   kern<<<grid, THREADS, smem, stream>>>(static_cast<const XT*>(x), M, idx, static_cast<const uint4*>(cb), kc, ridx,

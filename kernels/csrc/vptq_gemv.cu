@@ -28,6 +28,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "launch_ex.cuh"
 #include "vptq_common.cuh"
 
 namespace {
@@ -481,11 +482,9 @@ int launch_one(const void* x, const int32_t* idx, const void* cb, int kc, const 
   const int NG = N / 8, T = (NG + 32 * GT - 1) / (32 * GT);
   const size_t smem = vptq_smem(B, RB, rc);
   auto kern = vptq_gemv_kernel<XT, B, RB, GT, ROLL>;
-  static size_t configured = 0;  // per instantiation
-  if (smem > configured) {
-    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    if (e != cudaSuccess) return refused(e);
-    configured = smem;
+  // per kernel and device (launch_ex.cuh)
+  if (const int e = set_attribute_once(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem))) {
+    return refused(static_cast<cudaError_t>(e));
   }
   if (cl < 1 || cl > 8 || cpt < 1 || (coop && cl > 1)) return -3;
   const int grid = (T * cpt + cl - 1) / cl * cl;

@@ -311,13 +311,12 @@ template <int B, int RB, int GT, int LT, bool SMEM>
 int launch(const Params& p, int tiles, cudaStream_t stream) {
   auto kern = vptq_cluster_kernel<B, RB, GT, LT, SMEM>;
   const size_t smem = smem_bytes<B, RB, SMEM>(p.rc);
-  static bool configured = false;  // per instantiation
-  if (!configured) {
-    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    if (e != cudaSuccess) return refused(e);
-    e = cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-    if (e != cudaSuccess) return refused(e);
-    configured = true;
+  // per kernel and device (launch_ex.cuh); the size follows rc, so it is asked for on every launch
+  if (const int e = set_attribute_once(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem))) {
+    return refused(static_cast<cudaError_t>(e));
+  }
+  if (const int e = set_attribute_once(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1)) {
+    return refused(static_cast<cudaError_t>(e));
   }
   const LaunchConfig lc(dim3(tiles * p.cl), THREADS, smem, p.pdl, stream, dim3(p.cl, 1, 1));
   cudaError_t e = cudaLaunchKernelEx(&lc.cfg, kern, p);
@@ -341,8 +340,11 @@ template <int GT, int LT, bool SMEM>
 int max_active(int cl, int rc) {
   auto k = vptq_cluster_kernel<VPTQ_B, VPTQ_RB, GT, LT, SMEM>;
   const size_t smem = smem_bytes<VPTQ_B, VPTQ_RB, SMEM>(rc);
-  cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-  cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  if (set_attribute_once(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != 0 ||
+      set_attribute_once(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != 0) {
+    cudaGetLastError();  // a refused attribute also sets the runtime's last error
+    return 0;
+  }
   const LaunchConfig lc(dim3(cl), THREADS, smem, false, 0, dim3(cl, 1, 1));
   int n = 0;
   return cudaOccupancyMaxActiveClusters(&n, k, &lc.cfg) == cudaSuccess ? n : 0;

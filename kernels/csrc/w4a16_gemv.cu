@@ -1008,11 +1008,10 @@ __global__ void __launch_bounds__(THREADS, min_ctas(MT)) w4a16_gemv_kernel(const
   if (threadIdx.x == 0) a.counters[blockIdx.x] = 0;
 }
 
-// The whole per-block shared memory for an instantiation (ring_common.cuh).
+// The whole per-block shared memory for an instantiation on the current device (launch_ex.cuh).
 template <typename T, bool ASYM, bool G64, int MT, bool BAL>
 int allow_smem(size_t* limit) {
-  static size_t raised = 0;
-  return raise_smem_limit(w4a16_gemv_kernel<T, ASYM, G64, MT, BAL>, &raised, limit);
+  return optin_smem_limit(w4a16_gemv_kernel<T, ASYM, G64, MT, BAL>, limit);
 }
 
 template <typename T, bool ASYM, bool G64, int MT, bool BAL>
