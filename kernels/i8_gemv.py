@@ -37,7 +37,7 @@ import torch
 
 from compress.errors import CompressError
 from kernels import cuda_build, sp24_registers
-from kernels.op_dispatch import direct_call
+from kernels.op_dispatch import direct_call, on_input_device
 
 SRC = Path(__file__).resolve().parent / "csrc" / "i8_gemv.cu"
 MAX_M = 64  # eight mma n-tiles of 8 tokens (session 11; 16 before)
@@ -288,6 +288,7 @@ def supports(x2: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor, meta_frag
     return True
 
 
+@on_input_device
 def launch_quantized(xq: torch.Tensor, sx: torch.Tensor | None, w: torch.Tensor, w_scale: torch.Tensor,
                      out_dtype: torch.dtype, meta_frag: torch.Tensor | None = None, name: str = DEFAULT_VARIANT,
                      waves: float | None = None, pdl: int | None = None,
@@ -367,6 +368,7 @@ def _(x, values, meta_frag, w_scale):
     return x.new_empty(*x.shape[:-1], values.shape[0])
 
 
+@on_input_device
 def w8a8_gemv(x: torch.Tensor, weight: torch.Tensor, w_scale: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """W8A8 for at most 64 tokens: x (..., K) fp16/bf16, weight int8 (N, K), w_scale (N,) fp32 -> (..., N)."""
     if direct_call(x, weight, w_scale):  # eager: the launcher itself (kernels.op_dispatch)
@@ -377,6 +379,7 @@ def w8a8_gemv(x: torch.Tensor, weight: torch.Tensor, w_scale: torch.Tensor, bias
     return y + bias if bias is not None else y
 
 
+@on_input_device
 def sparse24_w8a8_gemv(x: torch.Tensor, values: torch.Tensor, meta_frag: torch.Tensor, w_scale: torch.Tensor,
                        bias: torch.Tensor | None = None) -> torch.Tensor:
     """W8A8 on 2:4 weights for at most 64 tokens: values int8 (N, K/2), meta_frag from `pack_meta_fragments`."""

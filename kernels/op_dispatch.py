@@ -7,10 +7,13 @@ bench/results/h200/kernels_s38/eager_probe.py): more than the decode-size kernel
 on every layer of every token by an eager caller (transformers' generate on a compress.runtime model). The public
 functions now ask `direct_call` first. torch-only (no Triton), so the CUDA C++ launchers can import it.
 COMPRESS_KERNEL_DISPATCH=op (read at import) sends every call through the custom op again (A/B runs, debugging).
+
+`on_input_device` makes a public function run on its tensors' GPU whatever the current device is, as torch ops do.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -36,3 +39,30 @@ def direct_call(*args) -> bool:
         if isinstance(a, torch.Tensor) and (type(a) not in _PLAIN_TENSORS or (grad and a.requires_grad)):
             return False
     return True
+
+
+# torch.cuda.current_device() without its lazy-init check (a CUDA tensor exists, so CUDA is initialized): ~0.1 us.
+_current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
+
+
+def on_input_device(fn):
+    """Decorator for a kernel's public function: run it with the CUDA device of its first tensor argument current.
+
+    Why: torch ops run on their tensors' device whatever the current device is, and `compress.runtime.load(...,
+    device="cuda:1")` relies on that. Triton launches on the current device, and the CUDA C++ launchers ask the CUDA
+    runtime for the current device's occupancy and shared-memory limit; with cuda:0 current and tensors on cuda:1 a
+    call read another GPU's memory (session 40 on two H200s: an illegal memory access, tests/test_second_gpu.py).
+    Costs ~0.3 us of host time a call where the device is already current (this CPU machine, a CPU tensor)."""
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        t = args[0] if args and isinstance(args[0], torch.Tensor) else \
+            next((a for a in args if isinstance(a, torch.Tensor)), None)
+        index = t.get_device() if t is not None else -1  # -1 off CUDA; 0.08 us where t.device.type takes 0.44
+        # (torch.compile traces through here: its generated code guards the device itself)
+        if index >= 0 and not torch.compiler.is_compiling() and index != _current_device():
+            with torch.cuda.device(index):
+                return fn(*args, **kwargs)
+        return fn(*args, **kwargs)
+
+    return run

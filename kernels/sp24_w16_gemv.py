@@ -30,7 +30,7 @@ import torch
 
 from compress.errors import CompressError
 from kernels import cuda_build, sp24_registers
-from kernels.op_dispatch import direct_call
+from kernels.op_dispatch import direct_call, on_input_device
 
 SRC = Path(__file__).resolve().parent / "csrc" / "sp24_w16_gemv.cu"
 MAX_M = 8  # one mma n-tile of tokens
@@ -258,6 +258,7 @@ def runtime_offers(x2: torch.Tensor, values: torch.Tensor, w_scale: torch.Tensor
     return [var for var in runtime_variants() if _builds(x2.device, var)]
 
 
+@on_input_device
 def launch(x2: torch.Tensor, values: torch.Tensor, meta_frag: torch.Tensor, w_scale: torch.Tensor,
            name: str = DEFAULT_VARIANT, waves: float = DEFAULT_WAVES, pdl: int | None = None,
            split: tuple[int, int] | None = None) -> torch.Tensor:
@@ -307,6 +308,7 @@ def _(x, values, meta_frag, w_scale, variant):
     return x.new_empty(*x.shape[:-1], values.shape[0])
 
 
+@on_input_device
 def sparse24_w8a16_gemv(x: torch.Tensor, values: torch.Tensor, meta_frag: torch.Tensor, w_scale: torch.Tensor,
                         bias: torch.Tensor | None = None, variant: str = DEFAULT_VARIANT) -> torch.Tensor:
     """W8A16 on 2:4 weights for at most 8 tokens: x (..., K) fp16/bf16, values int8 (N, K/2), meta_frag from

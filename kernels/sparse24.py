@@ -46,7 +46,7 @@ from kernels._common import (check_activation, check_device, config_chunks, inte
                              splitk_buffers, splitk_epilogue, swap_ab_pids, swap_ab_store, tuned_config)
 from kernels.w8a8 import (ACT_EPS, _int8_codes, _quantize, _quantize_tile, _row_scales, quantize_per_token,
                           quantize_per_token_ref)
-from kernels.op_dispatch import direct_call
+from kernels.op_dispatch import direct_call, on_input_device
 
 GEMV_MAX_M = 1  # the PRMT GEMV re-reads the weights per token: from 2 tokens the tensor-core kernel wins (session 15)
 # `_sparse24_tc_kernel`'s configs from 2 tokens. Session 14's H100 sweep (bench/results/h100/kernels_s14/, calls 9-10:
@@ -925,6 +925,7 @@ def _launch_densify(values: torch.Tensor, meta: torch.Tensor, k: int, out: torch
     return out
 
 
+@on_input_device
 def densify_sparse24(values: torch.Tensor, meta: torch.Tensor, k: int) -> torch.Tensor:
     """The dense (N, K) weight of compress.sparse24 values + meta, in one launch (unpack_sparse24 is the reference,
     bit for bit; it also serves int8 layers whose K is not a multiple of 8). What the runtime's "dequantize, then
@@ -938,6 +939,7 @@ def densify_sparse24(values: torch.Tensor, meta: torch.Tensor, k: int) -> torch.
     return _launch_densify(values, meta, k, torch.empty(n, k, device=values.device, dtype=values.dtype))
 
 
+@on_input_device
 def dequantize_w8a16_sparse24(values: torch.Tensor, meta: torch.Tensor, k: int, w_scale: torch.Tensor,
                               dtype: torch.dtype) -> torch.Tensor:
     """The dense (N, K) weight of int8 compress.sparse24 values times their rows' scales, rounded once to `dtype`
@@ -1475,6 +1477,7 @@ def _(x, values, meta, w_scale):
     return x.new_empty(*x.shape[:-1], values.shape[0])
 
 
+@on_input_device
 def sparse24_linear(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """y = x @ W^T (+ bias), W 2:4 sparse as compress.sparse24 fp16/bf16 values (N, K/2) + meta (N, K/32)."""
     op = _sparse24_op_impl if direct_call(x, values, meta) else torch.ops.compress.sparse24_linear
@@ -1482,12 +1485,14 @@ def sparse24_linear(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, b
     return y + bias if bias is not None else y
 
 
+@on_input_device
 def sparse24_linear_tiled(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, config: dict) -> torch.Tensor:
     """`sparse24_linear`'s math on the given tiles (one of `alternative_configs`): a plain launch, not the custom op,
     for the runtime's path table to time against the default (its CUDA graphs capture it like any launch)."""
     return _launch(x, values, meta, None, config)
 
 
+@on_input_device
 def sparse24_w8a8_linear(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, w_scale: torch.Tensor,
                          bias: torch.Tensor | None = None) -> torch.Tensor:
     """W8A8 on 2:4 weights: int8 values (N, K/2) + meta, per-channel w_scale (N,), per-token int8 x."""
@@ -1496,6 +1501,7 @@ def sparse24_w8a8_linear(x: torch.Tensor, values: torch.Tensor, meta: torch.Tens
     return y + bias if bias is not None else y
 
 
+@on_input_device
 def sparse24_w8a16_linear(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, w_scale: torch.Tensor,
                           bias: torch.Tensor | None = None) -> torch.Tensor:
     """Weight-only int8 on 2:4 weights: int8 values (N, K/2) + meta, per-channel w_scale (N,), fp16/bf16 x as it is."""
@@ -1505,6 +1511,7 @@ def sparse24_w8a16_linear(x: torch.Tensor, values: torch.Tensor, meta: torch.Ten
     return y + bias if bias is not None else y
 
 
+@on_input_device
 def sparse24_w8a16_linear_tiled(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, w_scale: torch.Tensor,
                                 config: dict) -> torch.Tensor:
     """`sparse24_w8a16_linear`'s math on the given tiles: a plain launch, for the kernel sweeps."""

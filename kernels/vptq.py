@@ -36,7 +36,7 @@ from compress.errors import CompressError
 from kernels import vptq_cluster, vptq_cuda, vptq_gemm_cuda, vptq_select
 from kernels._common import (check_activation, check_device, interpreter_dot_f32, plan_split_k, splitk_buffers,
                              splitk_epilogue)
-from kernels.op_dispatch import direct_call
+from kernels.op_dispatch import direct_call, on_input_device
 
 # Decode GEMV up to this many tokens; above, dequantize once and use the dense GEMM.
 GEMV_MAX_M = 4
@@ -490,6 +490,7 @@ def _(out_features, indices, codebook, index_bits, res_indices, res_codebook, re
     return indices.new_empty(out_features, indices.shape[0], dtype=dtype)
 
 
+@on_input_device
 def vptq_linear(x: torch.Tensor, out_features: int, indices: torch.Tensor, codebook: torch.Tensor, index_bits: int,
                 res_indices: torch.Tensor | None = None, res_codebook: torch.Tensor | None = None,
                 res_index_bits: int | None = None, scale: torch.Tensor | None = None, bias: torch.Tensor | None = None,
@@ -505,6 +506,7 @@ def vptq_linear(x: torch.Tensor, out_features: int, indices: torch.Tensor, codeb
               outlier_cols, outlier_indices, outlier_codebook, outlier_index_bits)
 
 
+@on_input_device
 def vptq_gemm(x: torch.Tensor, out_features: int, indices: torch.Tensor, codebook: torch.Tensor, index_bits: int,
               res_indices: torch.Tensor | None = None, res_codebook: torch.Tensor | None = None,
               res_index_bits: int | None = None, scale: torch.Tensor | None = None,
@@ -519,6 +521,7 @@ def vptq_gemm(x: torch.Tensor, out_features: int, indices: torch.Tensor, codeboo
     return op(x, out_features, indices, codebook, index_bits, res_indices, res_codebook, res_index_bits, scale, bias, split)
 
 
+@on_input_device
 def vptq_dequantize(out_features: int, indices: torch.Tensor, codebook: torch.Tensor, index_bits: int,
                     res_indices: torch.Tensor | None = None, res_codebook: torch.Tensor | None = None,
                     res_index_bits: int | None = None, scale: torch.Tensor | None = None, bias: torch.Tensor | None = None,

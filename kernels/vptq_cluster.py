@@ -26,6 +26,7 @@ import torch
 
 from compress.errors import CompressError
 from kernels import cuda_build, vptq_cuda
+from kernels.op_dispatch import on_input_device
 
 SRC = Path(__file__).resolve().parent / "csrc" / "vptq_gemv_cluster.cu"
 # Tile shapes compiled (VPTQ_TILES in the .cu): (gt vector slots per lane, lt lanes per tile).
@@ -54,6 +55,17 @@ def compile_pair(arch_code: str, b: int, rb: int) -> Path:
     """The library for b-bit main and rb-bit residual indices (rb = 0: none), built for `arch_code`."""
     return cuda_build.compile_library(SRC, f"b{b}r{rb}", [f"-DVPTQ_B={b}", f"-DVPTQ_RB={rb}"], arch_code,
                                       "vptq cluster kernel", "using the split-K kernel")
+
+
+# The (main, residual) index-bit pairs the seed-000 codebooks (4096 / 8192 main, 256 / 512 residual) and the synthetic
+# e2e models (4096 / 256) use: what bench/kernel_cache.py builds ahead.
+SEED_PAIRS = ((12, 8), (12, 9), (13, 8), (13, 9))
+
+
+def compile_variant(arch_code: str, variant: str) -> Path:
+    """`compile_pair` for a variant named as its library: "b12r8" = 12-bit main, 8-bit residual indices."""
+    b, rb = variant.removeprefix("b").split("r")
+    return compile_pair(arch_code, int(b), int(rb))
 
 
 def _bind(so: ctypes.CDLL) -> None:
@@ -147,6 +159,7 @@ def residual_copies(device: torch.device, index_bits: int, res_bits: int) -> int
     return vptq_cuda.residual_copies(device, index_bits, res_bits, 16)
 
 
+@on_input_device
 def gemv(x2: torch.Tensor, n: int, indices: torch.Tensor, codebook: torch.Tensor, index_bits: int,
          res_indices: torch.Tensor | None, res_codebook: torch.Tensor | None, res_index_bits: int | None,
          scale: torch.Tensor | None, bias: torch.Tensor | None, out: torch.Tensor,

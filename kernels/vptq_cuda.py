@@ -25,6 +25,7 @@ import torch
 
 from compress.errors import CompressError
 from kernels import cuda_build
+from kernels.op_dispatch import on_input_device
 
 SRC = Path(__file__).resolve().parent / "csrc" / "vptq_gemv.cu"
 MAIN_BITS = (12, 13)
@@ -69,11 +70,16 @@ _nvcc = cuda_build.nvcc
 _arch = cuda_build.arch
 
 
-def _compile(device: torch.device, name: str) -> Path:
+def compile_variant(arch_code: str, name: str) -> Path:
+    """Build (or find cached) variant `name` of VARIANTS for an architecture code such as "90a" (no GPU needed:
+    bench/kernel_cache.py builds it on the CPU machine)."""
     warps, roll, bulk = VARIANTS[name]
     return cuda_build.compile_library(SRC, name, [f"-DVPTQ_WARPS={warps}", f"-DVPTQ_ROLL={roll}", f"-DVPTQ_BULK={bulk}"],
-                                      _arch(device),
-                                      "vptq CUDA kernel", "using the Triton kernel")
+                                      arch_code, "vptq CUDA kernel", "using the Triton kernel")
+
+
+def _compile(device: torch.device, name: str) -> Path:
+    return compile_variant(_arch(device), name)
 
 
 def prebuild(device: torch.device, names: list[str]) -> None:
@@ -183,6 +189,7 @@ def plan(n: int, k: int, sms: int, gt: int | None = None, cpt: int | None = None
     return best[1], best[2]
 
 
+@on_input_device
 def gemv(x2: torch.Tensor, n: int, indices: torch.Tensor, codebook: torch.Tensor, index_bits: int,
          res_indices: torch.Tensor | None, res_codebook: torch.Tensor | None, res_index_bits: int | None,
          scale: torch.Tensor | None, bias: torch.Tensor | None, out: torch.Tensor, gt: int | None = None,

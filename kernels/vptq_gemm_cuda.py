@@ -25,6 +25,7 @@ import torch
 
 from compress.errors import CompressError
 from kernels import cuda_build, vptq_cuda
+from kernels.op_dispatch import on_input_device
 
 SRC = Path(__file__).resolve().parent / "csrc" / "vptq_gemm.cu"
 MAX_M = 64
@@ -54,6 +55,11 @@ def _bind(so: ctypes.CDLL) -> None:
 def compile_for(arch_code: str) -> Path:
     """Build (or find cached) the library for an architecture code such as "90a"."""
     return cuda_build.compile_library(SRC, "gemm", [], arch_code, "vptq few-token CUDA kernel", "using the Triton kernel")
+
+
+def compile_variant(arch_code: str, variant: str = "gemm") -> Path:
+    """`compile_for` under the kernel-cache builder's signature (one variant)."""
+    return compile_for(arch_code)
 
 
 def build(device: torch.device) -> ctypes.CDLL:
@@ -125,6 +131,7 @@ def split_candidates(m: int, n: int, k: int, sms: int, index_bits: int, res_bits
     return sorted(set(picks))
 
 
+@on_input_device
 def gemm(x2: torch.Tensor, n: int, indices: torch.Tensor, codebook: torch.Tensor, index_bits: int,
          res_indices: torch.Tensor | None, res_codebook: torch.Tensor | None, res_index_bits: int | None,
          scale: torch.Tensor | None, bias: torch.Tensor | None, out: torch.Tensor, split: int | None = None) -> torch.Tensor:

@@ -30,7 +30,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 from kernels._common import (check_activation, check_device, config_chain, interpreter_dot_f32, interpreting,
                              pdl_enabled, plan_split_fill, plan_split_k, pow2_floor, splitk_buffers, splitk_epilogue,
                              tuned_config)
-from kernels.op_dispatch import direct_call
+from kernels.op_dispatch import direct_call, on_input_device
 
 # Largest M of session 2's CUDA-core GEMV (kept for the sweeps; `_config` no longer picks it).
 GEMV_MAX_M = 1
@@ -631,6 +631,7 @@ def _w4a16_dequant_kernel(q_ptr, s_ptr, z_ptr, w_ptr, N, K, KW, GROUP: tl.conste
         tl.store(w_ptr + offs_n[:, None] * K + k[None, :], w.to(w_ptr.dtype.element_ty), mask=n_mask[:, None] & (k < K)[None, :])
 
 
+@on_input_device
 def dequantize_w4a16(qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None, group_size: int, k: int) -> torch.Tensor:
     """(N, K) weight in the scales' dtype (each value rounded once from the exact fp32 (u - z) * s)."""
     n = qweight.shape[0]
@@ -832,6 +833,7 @@ def _(x, qweight, scales, zeros, group_size):
     return x.new_empty(*x.shape[:-1], qweight.shape[0])
 
 
+@on_input_device
 def w4a16_linear(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None = None,
                  group_size: int = 128, bias: torch.Tensor | None = None) -> torch.Tensor:
     """y = x @ W^T (+ bias) with W in compress.int4 layout.

@@ -25,7 +25,7 @@ import torch
 
 from compress.errors import CompressError
 from kernels import cuda_build, w4a16_cuda
-from kernels.op_dispatch import direct_call
+from kernels.op_dispatch import direct_call, on_input_device
 
 SRC = Path(__file__).resolve().parent / "csrc" / "w4a16_cc_gemv.cu"
 # Launch configs, as the .cu's CONFIGS table: (warps per CTA, rows per warp, 16-byte chunks a row in flight per lane).
@@ -197,6 +197,7 @@ def _(x, qweight, scales, zeros, group_size):
     return x.new_empty(*x.shape[:-1], qweight.shape[0])
 
 
+@on_input_device
 def w4a16_cc_gemv(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None = None,
                   group_size: int = 128, bias: torch.Tensor | None = None) -> torch.Tensor:
     """y = x @ W^T (+ bias) for one token, W in the compress.int4 layout.

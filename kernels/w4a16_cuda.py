@@ -43,7 +43,7 @@ import torch
 from compress.errors import CompressError
 from compress.packing.int4 import BLOCK_K, GROUP_SIZES, num_groups, padded_k
 from kernels import cuda_build
-from kernels.op_dispatch import direct_call
+from kernels.op_dispatch import direct_call, on_input_device
 
 SRC = Path(__file__).resolve().parent / "csrc" / "w4a16_gemv.cu"
 MAX_M = 64  # eight mma n-tiles of 8 tokens (session 8; 16 before)
@@ -613,6 +613,7 @@ def _(x, qweight, scales, zeros, group_size):
     return x.new_empty(*x.shape[:-1], qweight.shape[0])
 
 
+@on_input_device
 def w4a16_gemv(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None = None,
                group_size: int = 128, bias: torch.Tensor | None = None) -> torch.Tensor:
     """y = x @ W^T (+ bias), W in the compress.int4 layout, for at most 64 tokens.
@@ -628,6 +629,7 @@ def w4a16_gemv(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zer
     return y + bias if bias is not None else y
 
 
+@on_input_device
 def w4a16_gemv_silu_mul(gu: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None = None,
                         group_size: int = 128) -> torch.Tensor:
     """y = (silu(gate) * up) @ W^T for gu = [gate | up] (..., 2K), <= 16 tokens: the MLP's down projection with the
@@ -638,6 +640,7 @@ def w4a16_gemv_silu_mul(gu: torch.Tensor, qweight: torch.Tensor, scales: torch.T
     return _launch(gu, qweight, scales, zeros, group_size, xform="silu_mul")
 
 
+@on_input_device
 def w4a16_gemv_rms_norm(x: torch.Tensor, y: torch.Tensor | None, norm_w: torch.Tensor, eps: float, qweight: torch.Tensor,
                         scales: torch.Tensor, zeros: torch.Tensor | None = None,
                         group_size: int = 128) -> tuple[torch.Tensor, torch.Tensor]:

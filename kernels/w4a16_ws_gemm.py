@@ -28,7 +28,7 @@ import torch
 from compress.errors import CompressError
 from kernels import cuda_build, w4a16_cc, w4a16_cuda
 from kernels.w4a16 import padded_k
-from kernels.op_dispatch import direct_call
+from kernels.op_dispatch import direct_call, on_input_device
 
 SRC = Path(__file__).resolve().parent / "csrc" / "w4a16_ws_gemm.cu"
 # Launch configs, as the .cu's CONFIGS table: (consumer warps, 16-row tiles of a row group, 512-byte spans of a row a
@@ -268,6 +268,7 @@ def _(x, qweight, scales, zeros, group_size):
     return x.new_empty(*x.shape[:-1], qweight.shape[0])
 
 
+@on_input_device
 def w4a16_ws_gemm(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None = None,
                   group_size: int = 128, bias: torch.Tensor | None = None) -> torch.Tensor:
     """y = x @ W^T (+ bias) for 1..16 tokens, W in the compress.int4 layout.

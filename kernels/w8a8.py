@@ -40,7 +40,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 from kernels import w8a8_gemm_tma
 from kernels._common import (check_activation, check_device, config_chain, config_chunks, interpreting, num_sms,
                              pdl_enabled, pow2_floor, splitk_buffers, swap_ab_pids, swap_ab_store, tuned_config)
-from kernels.op_dispatch import direct_call
+from kernels.op_dispatch import direct_call, on_input_device
 
 ACT_EPS = 1e-8
 # Above this M, quantize activations in a separate pass (see module docstring).
@@ -352,6 +352,7 @@ def _gemv_tokens_kernel(
 ROW_KERNEL_MAX_K = 32768
 
 
+@on_input_device
 def quantize_per_token(x: torch.Tensor, early: bool = False, chain: bool = False,
                        recip: bool = False, warps: int | None = None, chunk: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """(M, K) fp16/bf16 -> (int8 (M, K), fp32 scales (M,)) with the module's rounding. early: the next
@@ -676,6 +677,7 @@ def _(x, weight, w_scale):
     return x.new_empty(*x.shape[:-1], weight.shape[0])
 
 
+@on_input_device
 def w8a8_linear(x: torch.Tensor, weight: torch.Tensor, w_scale: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """y = dequant(int8 GEMM(quant(x), weight)) (+ bias). x (..., K) fp16/bf16; weight int8 (N, K);
     w_scale (N,) or (N, 1) float. Returns (..., N) in x's dtype."""

@@ -34,6 +34,7 @@ from triton.language.extra.cuda import gdc_wait
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from kernels._common import interpreting, num_sms, plan_split_k, splitk_buffers, splitk_epilogue
+from kernels.op_dispatch import on_input_device
 
 
 @triton.jit
@@ -144,6 +145,7 @@ def _warp_spec(cfg: dict) -> bool:
     return bool(cfg.get("ws")) and not cfg.get("swap") and not interpreting()
 
 
+@on_input_device
 def launch(xq: torch.Tensor, sx: torch.Tensor, weight: torch.Tensor, sw: torch.Tensor, out: torch.Tensor, cfg: dict,
            pdl: bool = False) -> torch.Tensor:
     """out (M, N) = (xq @ weight^T) * sx[:, None] * sw[None, :] for quantized xq (M, K) int8 with scales sx (M,)

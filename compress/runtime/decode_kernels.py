@@ -39,6 +39,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from kernels._common import pdl_enabled  # noqa: F401  (the decode step's PDL switch, defined beside the kernels)
 from kernels.w8a8 import _dp4a, _int8_codes, _quotient, _round_half_even, _sbyte  # noqa: F401  (shared int8 helpers)
+from kernels.op_dispatch import on_input_device
 
 LOG2E = 1.4426950408889634
 NEG = tl.constexpr(-1.0e30)  # "minus infinity" that stays finite (empty chunks must not make NaN in the merge)
@@ -290,6 +291,7 @@ class DecodeAttention:
         self.pl = torch.empty(n, dtype=torch.float32, device=device)
         self.pacc = torch.empty(n * head_dim, dtype=torch.float32, device=device)
 
+    @on_input_device
     def __call__(self, q, k, v, cos, sin, k_cache, v_cache, pos, scale: float, q_norm=None, k_norm=None,
                  eps: float = 1e-6, out: torch.Tensor | None = None) -> torch.Tensor:
         """q (B, H*D) / k, v (B, Hkv*D) rows of the projection outputs (row stride free, heads
@@ -383,6 +385,7 @@ def _gemv_pdl(x_ptr, w_ptr, y_ptr, N, K: tl.constexpr, BLOCK_N: tl.constexpr, BL
 GEMV_CONFIGS = ((16, 512, 4), (16, 1024, 8), (16, 256, 4), (8, 512, 4), (32, 512, 8))
 
 
+@on_input_device
 def gemv(x: torch.Tensor, w: torch.Tensor, config: tuple[int, int, int] = GEMV_CONFIGS[0],
          silu_mul: bool = False) -> torch.Tensor:
     """x (1, K) @ w (N, K)^T -> (1, N), fp32 accumulation, in x's dtype (w contiguous, same dtype).
@@ -434,6 +437,7 @@ def gemv_w8_supported(k: int, group_size: int) -> bool:
 GEMV_W8_CONFIGS = ((16, 512, 4), (16, 1024, 8), (32, 512, 8), (8, 1024, 4))
 
 
+@on_input_device
 def gemv_w8(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, group_size: int,
             config: tuple[int, int, int] = GEMV_W8_CONFIGS[0]) -> torch.Tensor:
     """x (1, K) fp16/bf16 @ (q (N, K) int8 * scale (N, K/group_size) per group)^T -> (1, N) in x's dtype
@@ -513,6 +517,7 @@ def gemm_w8_fits(k: int, group_size: int, config: tuple[int, int, int, int]) -> 
     return (k // min(GEMM_W8_BK, group_size)) % config[3] == 0
 
 
+@on_input_device
 def gemm_w8(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, group_size: int,
             config: tuple[int, int, int, int] = GEMM_W8_CONFIGS[0]) -> torch.Tensor:
     """x (M, K) fp16/bf16, M <= GEMM_W8_MAX_M, @ (q (N, K) int8 * scale (N, K/group_size))^T -> (M, N) in x's
@@ -552,6 +557,7 @@ def _dequant_w8(q_ptr, s_ptr, z_ptr, w_ptr, N, K, G, GS, HAS_ZERO: tl.constexpr,
     tl.store(w_ptr + at, w.to(w_ptr.dtype.element_ty), mask=mask)
 
 
+@on_input_device
 def dequant_w8(q: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
     """q (N, K) int8, scale (N, G) (+ zero (N, G) int8) -> dense (N, K) in `dtype`, groups of ceil(K / G)."""
     n, k = q.shape
@@ -624,6 +630,7 @@ def _add_rms_norm_pdl(x_ptr, y_ptr, w_ptr, s_ptr, h_ptr, q_ptr, qs_ptr, eps, N: 
     _add_rms_norm_impl(x_ptr, y_ptr, w_ptr, s_ptr, h_ptr, q_ptr, qs_ptr, eps, N, BLOCK, HAS_Y, QUANT, True)
 
 
+@on_input_device
 def add_rms_norm(x: torch.Tensor, y: torch.Tensor | None, w: torch.Tensor, eps: float, quant: bool = False):
     """(x + y, rms_norm(x + y) * w) for (.., N) rows of one dtype (fastpath.add_rms_norm's math; y None:
     rms_norm(x) alone, returned as (x, h)). quant: also ((q int8 (M, N), scale fp32 (M,)) of h."""
@@ -668,6 +675,7 @@ def _silu_mul_pdl(gu_ptr, a_ptr, I: tl.constexpr, BLOCK: tl.constexpr):
     _silu_mul_impl(gu_ptr, a_ptr, I, BLOCK, True)
 
 
+@on_input_device
 def silu_mul(gu: torch.Tensor) -> torch.Tensor:
     """[gate | up] (.., 2I) -> silu(gate) * up (.., I) (fastpath.silu_mul's math) as a decode-step launch: with
     programmatic dependent launch on Hopper, so the chain of launches a decode step makes is not broken here (the
@@ -697,6 +705,7 @@ def _silu_mul_quant(gu_ptr, a_ptr, q_ptr, qs_ptr, I: tl.constexpr, BLOCK: tl.con
     _quant_row(a.to(tl.float32), offs, mask, q_ptr, qs_ptr, pid.to(tl.int64) * I, pid)
 
 
+@on_input_device
 def silu_mul_quant(gu: torch.Tensor):
     """[gate | up] (.., 2I) -> (silu(gate) * up (.., I), (q int8 (M, I), scale fp32 (M,)))."""
     i = gu.shape[-1] // 2
@@ -818,6 +827,7 @@ def _gemv_i8_pdl(xq_ptr, xs_ptr, w_ptr, ws_ptr, y_ptr, N, KW: tl.constexpr, BLOC
 GEMV_I8_CONFIGS = ((16, 256, 4), (32, 128, 4), (16, 512, 8), (8, 512, 4), (32, 256, 8))
 
 
+@on_input_device
 def gemv_i8(xq: torch.Tensor, xs: torch.Tensor | None, w: torch.Tensor, w_scale: torch.Tensor, dtype: torch.dtype,
             config: tuple[int, int, int] = GEMV_I8_CONFIGS[0], silu_mul: bool = False) -> torch.Tensor:
     """One token's pre-quantized activations xq (1, K) int8 with scale xs (1,) fp32 -- or, with xs None,

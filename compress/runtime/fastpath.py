@@ -32,6 +32,7 @@ from compress.errors import CompressError
 from compress.runtime.dense import linear, silu_mul_linear
 from compress.runtime.fuse import fuse_outputs
 from compress.runtime.paths import TABLE
+from kernels.op_dispatch import on_input_device
 
 SUPPORTED = ("llama", "mistral", "qwen2", "qwen3")
 
@@ -461,6 +462,7 @@ class FastLM:
 
     # ---- public steps ---------------------------------------------------------------------------
 
+    @on_input_device  # its glue kernels launch on the current device: make it the model's
     @torch.no_grad()
     def prefill(self, ids: torch.Tensor) -> torch.Tensor:
         """ids (B, T) starting an empty cache -> logits (B, V) of the last position; the cache holds T tokens."""
@@ -482,6 +484,7 @@ class FastLM:
         self.pos.fill_(t)
         return linear(self.lm_head, h[:, -1])
 
+    @on_input_device  # its glue kernels launch on the current device: make it the model's
     @torch.no_grad()
     def decode(self, tok: torch.Tensor) -> torch.Tensor:
         """tok (B, 1) at position `pos` -> logits (B, V); advances `pos` (all on the device: graph-safe)."""

@@ -20,6 +20,7 @@ import torch.nn as nn
 
 from compress.errors import CompressError
 from compress.runtime.fastpath import FastLM, unsupported_reason
+from kernels.op_dispatch import on_input_device
 
 ENGINES = ("auto", "fast", "hf")
 
@@ -164,6 +165,7 @@ class Generator:
 
     # ---- set-up ---------------------------------------------------------------------------------
 
+    @on_input_device  # streams, events and graph capture are the current device's: make it the model's
     def warmup(self, ids: torch.Tensor, decode_steps: int = 3) -> None:
         """Run the steps eagerly (compiles, autotunes, allocates), then capture the CUDA graphs."""
         self.ids.copy_(ids)
@@ -201,6 +203,7 @@ class Generator:
 
     # ---- measurement ----------------------------------------------------------------------------
 
+    @on_input_device  # streams, events and graph capture are the current device's: make it the model's
     def run(self, ids: torch.Tensor) -> RunResult:
         """One timed generation from `ids` (B, input_len)."""
         if tuple(ids.shape) != (self.batch, self.input_len):
@@ -231,6 +234,7 @@ class Generator:
         tpot = (latency - ttft) / (self.output_len - 1) if self.output_len > 1 else 0.0
         return RunResult(ttft, latency, tpot, self.tokens.cpu())
 
+    @on_input_device  # streams, events and graph capture are the current device's: make it the model's
     def eager_tokens(self, ids: torch.Tensor, limit: int | None = None) -> torch.Tensor:
         """The first `limit` tokens (default all) of the same generation without graphs, to check that
         the graphs replay the right computation."""

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -204,9 +204,12 @@ class PathTable:
             return candidates[0][1]()
         name = self.chosen(key)
         if name is None:
-            if not self.enabled(device) or (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
-                return candidates[0][1]()
-            name = self._measure(key, candidates, device)
+            # The capture check, the timing events and the synchronizes are the current device's: make it the
+            # candidates' (a model on another GPU than the current one, compress.runtime.load(device="cuda:1")).
+            with torch.cuda.device(device) if device.type == "cuda" else nullcontext():
+                if not self.enabled(device) or (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+                    return candidates[0][1]()
+                name = self._measure(key, candidates, device)
         for n, fn in candidates:
             if n == name:
                 return fn()

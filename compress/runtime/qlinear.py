@@ -20,6 +20,7 @@ import torch.nn as nn
 from compress.errors import CompressError
 from compress.runtime.paths import TABLE, Candidate
 from compress.runtime.spec import LayerSpec
+from kernels.op_dispatch import on_input_device
 
 
 class QuantLinear(nn.Module):
@@ -92,6 +93,8 @@ class QuantLinear(nn.Module):
         """The dense (N, K) weight this layer represents, in float32 (for tests and inspection)."""
         raise NotImplementedError
 
+    # Its kernels, the path table's timing and the capture checks all act on the current device: make it the layer's.
+    @on_input_device
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         x2d = x.reshape(-1, shape[-1])  # (M, K)

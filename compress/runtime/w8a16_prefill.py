@@ -33,6 +33,8 @@ import kernels  # noqa: F401  (sets TRITON_INTERPRET=1 on CPU-only machines befo
 import triton
 import triton.language as tl
 
+from kernels.op_dispatch import on_input_device
+
 
 @triton.jit
 def _gemm_w8_tiled(x_ptr, q_ptr, s_ptr, y_ptr, M, N, G, stride_xm, stride_ym, GROUP_M, K: tl.constexpr, GS: tl.constexpr,
@@ -95,6 +97,7 @@ def tiled_w8_supported(k: int, group_size: int) -> bool:
     return group_size >= 16 and group_size & (group_size - 1) == 0 and k % group_size == 0
 
 
+@on_input_device
 def gemm_w8_tiled(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, group_size: int,
                   config: tuple[int, int, int, int, int] = TILED_W8_CONFIGS[0]) -> torch.Tensor:
     """x (M, K) fp16/bf16 @ (q (N, K) int8 * scale (N, K / group_size))^T -> (M, N) in x's dtype."""
