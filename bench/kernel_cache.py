@@ -13,7 +13,8 @@ library under the current key and builds it.
 `pack` compiles in parallel nvcc processes (one per core): every W4A16 build (kernels/w4a16_cuda.py VARIANTS and the
 one-token CUDA-core and warp-specialized GEMVs, kernels/w4a16_cc.py and w4a16_ws.py, and the warp-specialized GEMM
 for 2-16 tokens, w4a16_ws_gemm.py), every
-int8 GEMV build and the W8A16 2:4 GEMV's runtime builds. `unpack` loads each library with ctypes and deletes the ones
+int8 GEMV build, the W8A16 2:4 GEMV's runtime builds and (session 40) the VPTQ GEMV's default variant, its few-token
+GEMM and its cluster kernel for the seed-000 index widths. `unpack` loads each library with ctypes and deletes the ones
 that do not load (another system image), which the runtime then builds itself. Name the archive's folder in the device
 call's `carry` and keep it git-ignored (`.git/info/exclude`).
 """
@@ -29,16 +30,18 @@ import tempfile
 import time
 from pathlib import Path
 
-KERNELS = ("w4a16", "i8_gemv", "sp24_w16_gemv")
+KERNELS = ("w4a16", "i8_gemv", "sp24_w16_gemv", "vptq")
 
 
 def builds(kernels: list[str]) -> list[tuple[str, str]]:
     """The libraries to pack, as (kernels module, variant) pairs for compress.bench.kernel_suites.prebuild."""
-    from kernels import i8_gemv, sp24_w16_gemv, w4a16_cuda
+    from kernels import i8_gemv, sp24_w16_gemv, vptq_cluster, vptq_cuda, w4a16_cuda
 
     return ([("w4a16_cuda", v) for v in w4a16_cuda.VARIANTS] + [("w4a16_cc", "cc"), ("w4a16_ws", "ws"), ("w4a16_ws_gemm", "wsm")] if "w4a16" in kernels else []) + \
         ([("i8_gemv", v) for v in i8_gemv.VARIANTS] if "i8_gemv" in kernels else []) + \
-        ([("sp24_w16_gemv", v) for v in sp24_w16_gemv.RUNTIME_VARIANTS] if "sp24_w16_gemv" in kernels else [])
+        ([("sp24_w16_gemv", v) for v in sp24_w16_gemv.RUNTIME_VARIANTS] if "sp24_w16_gemv" in kernels else []) + \
+        ([("vptq_cuda", vptq_cuda.DEFAULT_VARIANT), ("vptq_gemm_cuda", "gemm")] +
+         [("vptq_cluster", f"b{b}r{rb}") for b, rb in vptq_cluster.SEED_PAIRS] if "vptq" in kernels else [])
 
 
 def pack(archive: Path, kernels: list[str], arch: str) -> int:
