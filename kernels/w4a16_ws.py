@@ -163,6 +163,50 @@ def _launch(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros:
     return out
 
 
+class PreparedGemv:
+    """`w4a16_ws_gemv` for one layer's fixed weights: the weights' checks, the launch config, the launch mode
+    (COMPRESS_W4A16_PDL, read here once) and the library are settled when it is made, so that a call checks only x.
+
+    Why: an eager decode step calls each layer's GEMV once a token, and `w4a16_ws_gemv` spends most of its host time
+    re-checking weights that do not change (session 39 on an H200 machine: 15-22 us of a 22-35 us call, the kernel
+    itself 4-11 us). The runtime's int4 layers keep one per launch config (compress.runtime.formats_compress.Int4Linear).
+
+    `prepared(x)` returns exactly what `w4a16_ws_gemv(x, qweight, scales, zeros, group_size, config=config)` returns;
+    an x it was not made for (another dtype, device or K, or a traced call) goes through `w4a16_ws_gemv` itself, which
+    then raises its own error or serves it. The weights must stay where they are (the layer drops its prepared calls
+    when its tensors move: QuantLinear._apply)."""
+
+    def __init__(self, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None, group_size: int, k: int,
+                 config: int | None = None):
+        probe = torch.empty(1, k, dtype=scales.dtype, device=qweight.device)
+        self.n, self.k = _check(probe, qweight, scales, zeros, group_size)  # the call's checks, once
+        self.qweight, self.scales, self.zeros, self.group_size = qweight, scales, zeros, group_size
+        self.device, self.dtype, self.index = qweight.device, scales.dtype, qweight.get_device()
+        self.config = config_for(self.n, k, w4a16_cuda.gpu_name(self.device)) if config is None else config
+        if not 0 <= self.config < len(CONFIGS):
+            raise CompressError(f"w4a16_ws_gemv: config={config} is not an index of CONFIGS (0..{len(CONFIGS) - 1})")
+        self._launcher = build(self.device).w4ws_gemv
+        self._weights = (qweight.data_ptr(), scales.data_ptr(), None if zeros is None else zeros.data_ptr())
+        self._shape = (self.n, k, group_size, self.config, {0: 0, 1: 1, 2: 3}[w4a16_cuda.pdl_mode()], 0)
+        self._bf16 = int(self.dtype == torch.bfloat16)
+
+    @on_input_device
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype is not self.dtype or x.get_device() != self.index or x.numel() != self.k or x.shape[-1] != self.k \
+                or not direct_call(x):
+            return w4a16_ws_gemv(x, self.qweight, self.scales, self.zeros, self.group_size, config=self.config)
+        x1 = x.reshape(self.k)
+        if not x1.is_contiguous() or x1.data_ptr() % 16:
+            x1 = x1.clone()
+        out = torch.empty(*x.shape[:-1], self.n, device=self.device, dtype=self.dtype)
+        rc = self._launcher(x1.data_ptr(), self._bf16, *self._weights, out.data_ptr(), *self._shape,
+                            cuda_build.stream_handle(self.device))
+        if rc != 0:
+            raise CompressError(f"w4a16 warp-specialized GEMV: launch failed with code {rc} ({_RC.get(rc, 'CUDA error')}; "
+                                f"N={self.n}, K={self.k}, group {self.group_size}, config {self.config})")
+        return out
+
+
 def _w4a16_ws_gemv_op_impl(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None,
                            group_size: int, config: int) -> torch.Tensor:
     return _launch(x, qweight, scales, zeros, group_size, None if config < 0 else config)

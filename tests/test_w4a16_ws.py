@@ -156,3 +156,46 @@ def test_every_config_matches_reference_and_repeats_its_bytes(dtype, gs, sym, n,
             assert rel_err(out, want) < TOL[dtype], f"config {c} pdl {pdl} grid {grid}"
             again = w4a16_ws._launch(x, p["qweight"], p["scales"], p["zeros"], gs, config=c, pdl=pdl, max_grid=grid)
             assert torch.equal(out, again)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("sym,gs", [(True, 128), (False, 64)], ids=["sym128", "asym64"])
+def test_a_prepared_launch_gives_the_launchers_bytes(dtype, sym, gs):
+    """PreparedGemv (the runtime's eager path: weights checked once) returns w4a16_ws_gemv's bytes under every config
+    the runtime may ask for, for 2-d, 3-d and strided x; an x it was not made for meets the launcher's own error."""
+    n, k = 1024, 4096
+    p = make_int4(n, k, gs, sym, dtype, "cuda", seed=11)
+    x = torch.randn(1, k, device="cuda", generator=torch.Generator("cuda").manual_seed(11)).to(dtype)
+    for c in (None, *w4a16_ws.SEARCH_CONFIGS):
+        prep = w4a16_ws.PreparedGemv(p["qweight"], p["scales"], p["zeros"], gs, k, config=c)
+        want = w4a16_ws.w4a16_ws_gemv(x, p["qweight"], p["scales"], p["zeros"], gs, config=c)
+        assert torch.equal(prep(x), want), f"config {c}"
+    assert torch.equal(prep(x.reshape(1, 1, k)), want.reshape(1, 1, n))
+    strided = torch.stack([x[0], x[0]], dim=1).reshape(1, 2 * k)[:, ::2]  # a view with stride 2
+    assert not strided.is_contiguous() and torch.equal(prep(strided), want)
+    with pytest.raises(CompressError, match=r"M=2 tokens; this GEMV takes one token"):
+        prep(torch.randn(2, k, device="cuda").to(dtype))
+    with pytest.raises(CompressError, match=r"activations must be float16 or bfloat16"):
+        prep(x.float())
+
+
+@gpu
+def test_the_runtime_layer_keeps_its_prepared_launch_out_of_copies_and_drops_it_when_moved():
+    import copy
+    import pickle
+
+    from kernels.cases import int4_runtime_layer
+
+    layer = int4_runtime_layer(1024, 4096, True, "cuda", seed=12)
+    x = torch.randn(1, 4096, device="cuda").half()
+    want = w4a16_ws.w4a16_ws_gemv(x, layer.qweight, layer.scales, None, 128)
+    assert torch.equal(layer.ws_gemv(x), want) and None in layer.__dict__["_ws_prepared"]
+    twin = copy.deepcopy(layer)
+    assert "_ws_prepared" not in twin.__dict__ and torch.equal(twin.ws_gemv(x), want)
+    again = pickle.loads(pickle.dumps(twin))
+    assert "_ws_prepared" not in again.__dict__ and torch.equal(again.ws_gemv(x), want)
+    layer.scales.mul_(2)  # in place: the same memory, which the prepared launch reads
+    assert torch.equal(layer.ws_gemv(x), w4a16_ws.w4a16_ws_gemv(x, layer.qweight, layer.scales, None, 128))
+    layer.half()  # .half(), .to(), .cuda() may give new tensors: the prepared launches go
+    assert "_ws_prepared" not in layer.__dict__

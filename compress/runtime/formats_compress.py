@@ -153,9 +153,21 @@ class Int4Linear(QuantLinear):
         ws, gpu = kb.kernel_module("w4a16_ws"), kb.kernel_module("w4a16_cuda").gpu_name(x2d.device)
         configs = ws.candidate_configs(self.out_features, self.in_features, gpu)
         if len(configs) == 1:
-            return [(name, partial(self.cuda_path, x2d, "w4a16_ws", launcher))]
-        return [(name if i == 0 else f"{name}#{c}", partial(self.cuda_path, x2d, "w4a16_ws", launcher, config=c))
-                for i, c in enumerate(configs)]
+            return [(name, partial(self.ws_gemv, x2d))]
+        return [(name if i == 0 else f"{name}#{c}", partial(self.ws_gemv, x2d, config=c)) for i, c in enumerate(configs)]
+
+    def ws_gemv(self, x2d, config: int | None = None):
+        """The warp-specialized GEMV through this layer's prepared launch for `config` (kernels.w4a16_ws.PreparedGemv:
+        the weights checked once, not on every token of an eager decode), the same bytes as kernels.w4a16_ws.
+        w4a16_ws_gemv. Kept per config in __dict__ (dropped when the layer's tensors move: QuantLinear._apply)."""
+        prepared = self.__dict__.get("_ws_prepared")
+        if prepared is None:
+            prepared = self.__dict__["_ws_prepared"] = {}
+        p = prepared.get(config)
+        if p is None or p.qweight is not self.qweight or p.scales is not self.scales:
+            p = prepared[config] = kb.kernel_module("w4a16_ws").PreparedGemv(self.qweight, self.scales, self.zeros,
+                                                                            self.group_size, self.in_features, config)
+        return p(x2d)
 
 
 

@@ -99,8 +99,10 @@ class QuantLinear(nn.Module):
         shape = x.shape
         x2d = x.reshape(-1, shape[-1])  # (M, K)
         if self.backend == "kernel":
-            key = (f"{self.format_key}{list(self.fuse_key())}", self.out_features, self.in_features, x2d.shape[0],
-                   str(x2d.dtype))
+            base = self.__dict__.get("_path_key")  # built once: the f-string cost ~2 us a call of an eager step
+            if base is None:
+                base = self.__dict__["_path_key"] = f"{self.format_key}{list(self.fuse_key())}"
+            key = (base, self.out_features, self.in_features, x2d.shape[0], str(x2d.dtype))
             # Once the table has chosen a path for this key, run it directly: listing the paths asks each kernel
             # whether it supports the call (shape, dtype and build checks in Python), per call and per path, which an
             # eager decode step would pay for every layer and token. Only a choice the table still holds is followed.
@@ -142,9 +144,22 @@ class QuantLinear(nn.Module):
         return fn.func, tuple(fn.args[1:]), dict(fn.keywords)
 
     def _apply(self, fn, recurse=True):
-        # .to(), .cuda(), .half() ... give the layer new tensors; the cache's entries name the old ones.
+        # .to(), .cuda(), .half() ... give the layer new tensors (and dtypes, which fuse_key may hold); the caches'
+        # entries name the old ones.
         self._chosen_paths.clear()
+        for name in self._DROPPED_ON_MOVE:
+            self.__dict__.pop(name, None)
         return super()._apply(fn, recurse)
+
+    # Per-layer caches in __dict__ built from the layer's tensors, dropped when they move (_apply) and left out of
+    # copies and pickles (a prepared launch holds a ctypes function and raw pointers: rebuilt on the copy's first call).
+    _DROPPED_ON_MOVE: ClassVar[tuple[str, ...]] = ("_path_key", "_ws_prepared")
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        for name in self._DROPPED_ON_MOVE:
+            state.pop(name, None)
+        return state
 
     def fuse_key(self) -> tuple:
         """Layers can be fused only when these agree (besides class, backend and in_features)."""
