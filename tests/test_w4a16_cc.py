@@ -16,7 +16,13 @@ from kernels.cases import int4_runtime_layer, make_int4
 from kernels.w4a16 import w4a16_linear_ref
 
 CUDA = torch.cuda.is_available()
-gpu = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU (the kernel is CUDA C++)")
+
+
+def gpu(test):
+    """Skipped without CUDA, and marked `gpu` so that `pytest -m gpu` (the device calls) selects it."""
+    return pytest.mark.gpu(pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU (the kernel is CUDA C++)")(test))
+
+
 TOL = {torch.float16: 2e-3, torch.bfloat16: 1e-2}
 # (N, K): odd N (partial CTAs and warps), K not a multiple of 128 (a padded last block; with group 64 a block whose
 # second group does not exist: K = 200 -> G = 4, K = 136 -> G = 3), one block, real Llama-3 / Qwen3 shapes.
