@@ -215,7 +215,7 @@ def test_runtime_offers_the_path_at_2_to_16_tokens_only():
     table = PathTable()
     table.run(("t",), mod.kernel_paths(x), x.device)
     timed = table.timings[("t",)]
-    assert "cuda_ws_gemm" in timed and not any("cuda_ws_gemm (" in key for key in timed)
+    assert "cuda_ws_gemm" in timed and "cuda_ws_gemm (failed)" not in timed and "cuda_ws_gemm (mismatch)" not in timed
 
 
 @gpu
