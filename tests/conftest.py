@@ -114,6 +114,17 @@ def _patch_triton_interpreter_once() -> None:
     interpreter._patch_lang = patch_lang
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest's own -m deselection
+def pytest_collection_modifyitems(config, items):
+    """A test skipped for want of a CUDA GPU is a GPU test: it gets the `gpu` mark, which the device calls select with
+    `-m gpu`. Six files' skip helpers once lacked the mark, and `-m gpu` left their tests (and those of the files
+    importing the helpers) out of sessions 38-39's device runs (found in session 40)."""
+    for item in items:
+        if any("CUDA" in m.kwargs.get("reason", "") or "GPU" in m.kwargs.get("reason", "")
+               for m in item.iter_markers("skipif")):
+            item.add_marker(pytest.mark.gpu)
+
+
 def pytest_collection_finish(session):
     """Start the collected tests' nvcc builds in a low-priority child (tests/sm90_builds.py says why)."""
     from kernels import cuda_build
