@@ -1,7 +1,8 @@
 set -o pipefail
 # Session 40, call 5 (kind nvidia-h200-x2), at 38824e9: the GPU tests that `-m gpu` had deselected (their files'
 # `gpu` helper lacked the mark), and the CPU-or-GPU runtime tests, without -m, in two streams, one a GPU, a file at a
-# time (each with its own limit, so that a slow file does not hide the others' results).
+# time (each with its own limit, so that a slow file does not hide the others' results). As run, the full logs went to
+# $OUT$OUT/... (fixed since), so only the summaries came back; call 6 reran the files with failures.
 touch /tmp/call_start
 STAGES="kcache" bash bench/results/h200/kernels_s37/run.sh 2>&1 | grep -E "load|done" | tail -2
 . bench/results/h100/device_env.sh > /dev/null
@@ -10,7 +11,7 @@ stream() {  # GPU, log, files...
   local g=$1 log=$2; shift 2
   for f in "$@"; do
     left=$((540 - SECONDS)); [ $left -lt 20 ] && { echo "$f: not run (time)" >> $log; continue; }
-    r=$(CUDA_VISIBLE_DEVICES=$g timeout $left python3 -m pytest -q -p no:cacheprovider $f 2>&1 | tee -a $OUT/${log%.txt}_full.log | tail -1)
+    r=$(CUDA_VISIBLE_DEVICES=$g timeout $left python3 -m pytest -q -p no:cacheprovider $f 2>&1 | tee -a ${log%.txt}_full.log | tail -1)
     echo "$f: $r (at $SECONDS s)" >> $log
   done
 }
