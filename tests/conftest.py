@@ -73,6 +73,21 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("COMPRESS_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
 
 
+def pytest_report_header(config):
+    """Where the offline assets are read from, and a warning when they are not there (the tests that read them then
+    fail with errors about the model folder or the corpus, not about the assets: session 40's device runs)."""
+    if STORIES.is_dir() and CORPORA.is_dir():
+        return f"compress test assets: {ASSETS}"
+    return (f"compress test assets: {ASSETS} is MISSING: the tests that read stories260K or the corpora will fail; set "
+            f"COMPRESS_TEST_ASSETS=/path/to/shared/assets")
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The same warning at the end, where `pytest -q` (which hides the header) shows it beside the failures."""
+    if not (STORIES.is_dir() and CORPORA.is_dir()):
+        terminalreporter.write_line(pytest_report_header(None), yellow=True)
+
+
 # ----------------------------------------------------------------------------- sm_90a builds in the background
 def pytest_configure(config):
     config.addinivalue_line("markers", "sm90_build(name): builds tests.sm90_builds.BUILDS[name] with nvcc (the "
