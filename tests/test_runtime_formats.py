@@ -458,3 +458,17 @@ def test_prepacked_int4_checkpoint_loads_without_repacking(checkpoints, tmp_path
         b = rt.load(src, device="cpu")
     assert a.compress_runtime.formats == {"compress.int4": 14}
     assert torch.equal(_logits(a, ids), _logits(b, ids))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_gpu_index_the_machine_lacks_is_refused_with_the_fix():
+    n = torch.cuda.device_count()
+    with pytest.raises(CompressError, match=rf"device='cuda:{n}': this machine has {n} CUDA GPU.*; pick one of them"):
+        rt.load(STORIES, device=f"cuda:{n}")
+
+
+def test_a_gpu_device_without_a_gpu_is_refused_with_the_fix():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(CompressError, match=r"no CUDA GPU is visible; pass device='cpu'"):
+        rt.load(STORIES, device="cuda:1")

@@ -149,6 +149,10 @@ def _resolve_device(device: str | torch.device) -> torch.device:
             raise CompressError("device='cuda' but no CUDA GPU is visible; pass device='cpu'")
         if dev.index is None:
             dev = torch.device("cuda", torch.cuda.current_device())
+        elif dev.index >= torch.cuda.device_count():
+            n = torch.cuda.device_count()
+            raise CompressError(f"device={str(device)!r}: this machine has {n} CUDA GPU{'s' if n > 1 else ''} "
+                                f"(cuda:0{f'..cuda:{n - 1}' if n > 1 else ''}); pick one of them")
     elif dev.type != "cpu":
         raise CompressError(f"device={str(device)!r} is not supported; use 'cuda' or 'cpu'")
     return dev
@@ -318,7 +322,8 @@ def load(
 
     Args:
         checkpoint: Hugging Face folder (config.json + safetensors).
-        device: "cuda" (kernels) or "cpu" (plain-torch reference, with a warning).
+        device: "cuda" (the current GPU) or "cuda:N" (that GPU, whichever is current: the kernels run on their
+            tensors' device) for the kernels, or "cpu" (plain-torch reference, with a warning).
         dtype: activation/compute dtype; default: the checkpoint's fp16/bf16 on CUDA, float32 on CPU.
         backend: "auto" (kernel where available, else reference with a ReferenceFallbackWarning),
             "kernel" (error if any layer has no kernel), "reference" (always the plain-torch math).
