@@ -15,11 +15,7 @@ from kernels import i8_gemv
 from kernels.cases import make_sparse24, make_w8a8, prune_24
 
 CUDA = torch.cuda.is_available()
-
-
-def gpu(test):
-    """Skipped without CUDA, and marked `gpu` so that `pytest -m gpu` (the device calls) selects it."""
-    return pytest.mark.gpu(pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU (the kernel is CUDA C++)")(test))
+gpu = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU (the kernel is CUDA C++)")
 
 
 def random_24_int8(n, k, seed=0):

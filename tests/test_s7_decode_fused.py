@@ -18,13 +18,7 @@ from kernels.w4a16 import w4a16_linear_ref
 from tests.test_w4a16_cuda import _same_bytes_with_pdl_and_graphs, rel_err
 
 CUDA = torch.cuda.is_available()
-
-
-def gpu(test):
-    """Skipped without CUDA, and marked `gpu` so that `pytest -m gpu` (the device calls) selects it."""
-    return pytest.mark.gpu(pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU (the kernel is CUDA C++)")(test))
-
-
+gpu = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU (the kernel is CUDA C++)")
 TOL = {torch.float16: 2e-3, torch.bfloat16: 1e-2}
 # (N, K): partial CTAs, K = 64 * odd (the staging's element-by-element end of K), Llama-3-8B down / qkv shapes.
 SHAPES = [(40, 256), (257, 320), (4096, 14336), (6144, 4096)]

@@ -14,13 +14,7 @@ from compress.runtime import decode_kernels, fastpath
 from tests.test_w4a16_cuda import rel_err
 
 CUDA = torch.cuda.is_available()
-
-
-def gpu(test):
-    """Skipped without CUDA, and marked `gpu` so that `pytest -m gpu` (the device calls) selects it."""
-    return pytest.mark.gpu(pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU (the kernel is CUDA C++)")(test))
-
-
+gpu = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU (the kernel is CUDA C++)")
 DEV = "cuda" if CUDA else "cpu"
 
 

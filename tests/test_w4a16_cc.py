@@ -16,13 +16,7 @@ from kernels.cases import int4_runtime_layer, make_int4
 from kernels.w4a16 import w4a16_linear_ref
 
 CUDA = torch.cuda.is_available()
-
-
-def gpu(test):
-    """Skipped without CUDA, and marked `gpu` so that `pytest -m gpu` (the device calls) selects it."""
-    return pytest.mark.gpu(pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU (the kernel is CUDA C++)")(test))
-
-
+gpu = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU (the kernel is CUDA C++)")
 TOL = {torch.float16: 2e-3, torch.bfloat16: 1e-2}
 # (N, K): odd N (partial CTAs and warps), K not a multiple of 128 (a padded last block; with group 64 a block whose
 # second group does not exist: K = 200 -> G = 4, K = 136 -> G = 3), one block, real Llama-3 / Qwen3 shapes.
@@ -193,5 +187,4 @@ def test_runtime_offers_the_path_at_one_token_only(gemv, path):
     table = PathTable()
     table.run(("t",), mod.kernel_paths(x), x.device)
     timed = table.timings[("t",)]
-    # it ran and matched the first path (no "(failed)" / "(mismatch)" entry; "(preferred)" notes an H200 preference)
-    assert path in timed and f"{path} (failed)" not in timed and f"{path} (mismatch)" not in timed
+    assert path in timed and not any(f"{path} (" in key for key in timed)

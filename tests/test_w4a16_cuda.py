@@ -11,13 +11,7 @@ from kernels.cases import int4_runtime_layer, make_int4
 from kernels.w4a16 import w4a16_linear_ref
 
 CUDA = torch.cuda.is_available()
-
-
-def gpu(test):
-    """Skipped without CUDA, and marked `gpu` so that `pytest -m gpu` (the device calls) selects it."""
-    return pytest.mark.gpu(pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU (the kernel is CUDA C++)")(test))
-
-
+gpu = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU (the kernel is CUDA C++)")
 TOL = {torch.float16: 2e-3, torch.bfloat16: 1e-2}
 
 # (N, K): odd N (partial CTAs and partial warps), K = 64 * odd (a half block; group 64 then has a missing

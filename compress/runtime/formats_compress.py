@@ -44,6 +44,7 @@ class Int4Linear(QuantLinear):
 
     GROUP_SIZES = int4_fmt.GROUP_SIZES
     CAT_DIMS = {"qweight": 0, "scales": 1, "zeros": 1}
+    _DROPPED_ON_MOVE = (*QuantLinear._DROPPED_ON_MOVE, "_ws_prepared")  # ws_gemv's prepared launches
 
     def fuse_key(self):
         return (self.group_size, self.zeros is None)

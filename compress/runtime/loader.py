@@ -149,8 +149,7 @@ def _resolve_device(device: str | torch.device) -> torch.device:
             raise CompressError("device='cuda' but no CUDA GPU is visible; pass device='cpu'")
         if dev.index is None:
             dev = torch.device("cuda", torch.cuda.current_device())
-        elif dev.index >= torch.cuda.device_count():
-            n = torch.cuda.device_count()
+        elif dev.index >= (n := torch.cuda.device_count()):
             raise CompressError(f"device={str(device)!r}: this machine has {n} CUDA GPU{'s' if n > 1 else ''} "
                                 f"(cuda:0{f'..cuda:{n - 1}' if n > 1 else ''}); pick one of them")
     elif dev.type != "cpu":

@@ -153,7 +153,8 @@ class QuantLinear(nn.Module):
 
     # Per-layer caches in __dict__ built from the layer's tensors, dropped when they move (_apply) and left out of
     # copies and pickles (a prepared launch holds a ctypes function and raw pointers: rebuilt on the copy's first call).
-    _DROPPED_ON_MOVE: ClassVar[tuple[str, ...]] = ("_path_key", "_ws_prepared")
+    # Subclasses add their own (Int4Linear: its prepared launches).
+    _DROPPED_ON_MOVE: ClassVar[tuple[str, ...]] = ("_path_key",)
 
     def __getstate__(self):
         state = super().__getstate__()
